@@ -1,0 +1,289 @@
+//! The `soma-mount` command: parse options, open the store, mount, and unmount cleanly on
+//! SIGINT, SIGTERM or an outside `umount`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use fuser::{MountOption, SessionACL};
+use log::{error, info, warn};
+
+use soma_mount::fs::{SomaFs, Tree};
+use soma_mount::soma::Store;
+
+/// Set in the environment of the foreground process that `soma-mount` (without `-f`) starts.
+const DAEMON_ENV: &str = "SOMA_MOUNT_DAEMON";
+
+/// Mount a TileDB-SOMA store as a read-only directory tree.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    /// The store: a path, a file:// or s3:// URI, or any URI libtiledb reads.
+    uri: String,
+    /// An existing directory to mount on.
+    mountpoint: PathBuf,
+    /// Stay in the foreground (otherwise return once mounted, leaving a daemon).
+    #[arg(short, long)]
+    foreground: bool,
+    /// Show everything as of this time: milliseconds since the epoch, or RFC 3339.
+    #[arg(long, value_parser = parse_timestamp)]
+    timestamp: Option<u64>,
+    /// A libtiledb configuration parameter (repeatable), e.g. vfs.s3.region=us-west-2.
+    #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    config: Vec<(String, String)>,
+    /// Mount options: allow_other lets other users see the mount.
+    #[arg(short = 'o', value_name = "OPTION", value_delimiter = ',')]
+    options: Vec<String>,
+    /// Log more: -v for each object opened, -vv for every request.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Write the log to this file (a daemon otherwise logs nowhere once mounted).
+    #[arg(long)]
+    log_file: Option<PathBuf>,
+}
+
+fn parse_timestamp(text: &str) -> Result<u64, String> {
+    if let Ok(ms) = text.parse::<u64>() {
+        return Ok(ms);
+    }
+    let time = chrono::DateTime::parse_from_rfc3339(text)
+        .map_err(|e| format!("not milliseconds since the epoch nor RFC 3339 ({e})"))?;
+    u64::try_from(time.timestamp_millis()).map_err(|_| "before 1970".to_owned())
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected KEY=VALUE, got {text:?}"))?;
+    Ok((key.trim().to_owned(), value.to_owned()))
+}
+
+/// A local path becomes absolute, so that what the daemon shows does not depend on its cwd.
+fn absolute_uri(uri: &str) -> String {
+    if uri.contains("://") {
+        return uri.trim_end_matches('/').to_owned();
+    }
+    std::path::absolute(uri)
+        .map(|p| p.to_string_lossy().trim_end_matches('/').to_owned())
+        .unwrap_or_else(|_| uri.to_owned())
+}
+
+fn init_logging(cli: &Cli) {
+    let level = match cli.verbose {
+        0 => log::LevelFilter::Warn,
+        1 => log::LevelFilter::Info,
+        _ => log::LevelFilter::Debug,
+    };
+    let mut builder = env_logger::Builder::new();
+    builder.filter_level(level).parse_default_env();
+    if let Some(path) = &cli.log_file {
+        match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            Ok(file) => {
+                builder.target(env_logger::Target::Pipe(Box::new(file)));
+            }
+            Err(e) => eprintln!("soma-mount: cannot open log file {}: {e}", path.display()),
+        }
+    }
+    builder.init();
+}
+
+/// True when `dir` is the mount point of a filesystem (it is on a different device than
+/// its parent, or it is listed in /proc/self/mountinfo).
+fn is_mounted(dir: &Path) -> bool {
+    let Ok(dir) = dir.canonicalize() else {
+        return false;
+    };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let target = dir.to_string_lossy();
+    info.lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .any(|mount_point| mount_point == target)
+}
+
+/// Without `-f`: run the same command in the foreground as a detached child, and return once
+/// it has mounted (0) or failed (its exit code; it has said why on stderr).
+fn daemonize(cli: &Cli) -> ExitCode {
+    let Ok(exe) = std::env::current_exe() else {
+        eprintln!("soma-mount: cannot find my own executable");
+        return ExitCode::FAILURE;
+    };
+    let mut command = Command::new(exe);
+    command
+        .args(std::env::args_os().skip(1))
+        .arg("--foreground")
+        .env(DAEMON_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    // SAFETY: `setsid` is async-signal-safe and is the only call made between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("soma-mount: cannot start the daemon: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                return ExitCode::from(status.code().unwrap_or(1).clamp(1, 255) as u8);
+            }
+            Ok(None) if is_mounted(&cli.mountpoint) => return ExitCode::SUCCESS,
+            Ok(None) if Instant::now() > deadline => {
+                eprintln!("soma-mount: the daemon did not mount within 120 s; stopping it");
+                let _ = child.kill();
+                return ExitCode::FAILURE;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                eprintln!("soma-mount: cannot watch the daemon: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+}
+
+/// Once mounted, a daemon's stderr goes to /dev/null: the caller's terminal or pipe is not
+/// held open by it.
+fn detach_stderr() {
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        use std::os::fd::AsRawFd;
+        // SAFETY: both descriptors are valid; dup2 atomically replaces fd 2.
+        unsafe { libc::dup2(null.as_raw_fd(), 2) };
+    }
+}
+
+/// Detaches the mount when a normal unmount fails (busy): it goes once the last user leaves.
+fn lazy_unmount(dir: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return;
+    };
+    // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
+    let rc = unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
+    if rc != 0 {
+        warn!(
+            "cannot unmount {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+fn run(cli: Cli) -> ExitCode {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(e) = signal_hook::flag::register(signal, stop.clone()) {
+            eprintln!("soma-mount: cannot handle signal {signal}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let uri = absolute_uri(&cli.uri);
+    let store = match Store::new(&cli.config, cli.timestamp) {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("soma-mount: bad libtiledb configuration: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = store.open(&uri) {
+        eprintln!("soma-mount: cannot open {uri}: {e}");
+        return ExitCode::FAILURE;
+    }
+    if !cli.mountpoint.is_dir() {
+        eprintln!(
+            "soma-mount: mount point {} is not a directory",
+            cli.mountpoint.display()
+        );
+        return ExitCode::FAILURE;
+    }
+
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        MountOption::RO,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+        MountOption::DefaultPermissions,
+        MountOption::FSName(uri.clone()),
+        MountOption::Subtype("soma-mount".into()),
+    ];
+    for option in &cli.options {
+        match option.as_str() {
+            "allow_other" => config.acl = SessionACL::All,
+            "allow_root" => config.acl = SessionACL::RootAndOwner,
+            "ro" | "default_permissions" => {}
+            other => {
+                eprintln!("soma-mount: unknown mount option {other:?}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if config.acl != SessionACL::Owner {
+        config
+            .mount_options
+            .push(MountOption::CUSTOM("allow_other".into()));
+    }
+    config.n_threads = Some(4);
+
+    let fs = SomaFs::new(Tree::new(store, &uri));
+    let session = match fuser::Session::new(fs, &cli.mountpoint, &config).and_then(|s| s.spawn()) {
+        Ok(session) => session,
+        Err(e) => {
+            eprintln!(
+                "soma-mount: cannot mount on {}: {e}",
+                cli.mountpoint.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    info!("mounted {uri} on {}", cli.mountpoint.display());
+    if std::env::var_os(DAEMON_ENV).is_some() && cli.log_file.is_none() {
+        detach_stderr();
+    }
+
+    while !stop.load(Ordering::Relaxed) {
+        if session.guard.is_finished() {
+            // Unmounted from outside (`umount DIR`): the session loop has ended.
+            info!("{} was unmounted", cli.mountpoint.display());
+            return match session.join() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    error!("the FUSE session failed: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    info!("signal received: unmounting {}", cli.mountpoint.display());
+    if let Err(e) = session.umount_and_join() {
+        warn!("unmount failed ({e}); detaching the mount instead");
+        lazy_unmount(&cli.mountpoint);
+    }
+    ExitCode::SUCCESS
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if !cli.foreground {
+        return daemonize(&cli);
+    }
+    init_logging(&cli);
+    run(cli)
+}

@@ -1,0 +1,12 @@
+//! The SOMA object model: open a URI, recognise what it holds (every SOMA type of the spec,
+//! in encodings 1.0.0 and 1.1.0, or a plain TileDB group or array) and describe it.
+//!
+//! Opening reads an object's metadata and structure (members, or schema) once; nothing here
+//! reads array data. The filesystem above asks for objects by URI through a [`Store`], which
+//! owns the libtiledb context and the mount's time-travel timestamp.
+
+mod object;
+mod schema;
+
+pub use object::{ArrayObject, GroupObject, SomaObject, SomaType, Store};
+pub use schema::{Column, SomaSchema};

@@ -1,0 +1,241 @@
+//! Opening a URI as a SOMA object: its type, metadata and members or schema.
+
+use std::collections::HashMap;
+
+use crate::tiledb::{
+    self, Array, Config, Context, EnumerationInfo, FragmentInfo, Group, Member, Metadata,
+    ObjectType,
+};
+
+use super::schema::SomaSchema;
+
+/// The kind of object at a URI, from its `soma_object_type` metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SomaType {
+    Collection,
+    Experiment,
+    Measurement,
+    Scene,
+    MultiscaleImage,
+    DataFrame,
+    SparseNDArray,
+    DenseNDArray,
+    PointCloudDataFrame,
+    GeometryDataFrame,
+    /// A TileDB group without SOMA metadata.
+    PlainGroup,
+    /// A TileDB array without SOMA metadata.
+    PlainArray,
+}
+
+impl SomaType {
+    /// Recognises the `soma_object_type` value of an object of the given TileDB kind.
+    pub fn recognise(kind: ObjectType, metadata: &Metadata) -> SomaType {
+        let declared = metadata.get("soma_object_type").and_then(|v| v.as_str());
+        match (kind, declared) {
+            (ObjectType::Group, Some("SOMACollection")) => SomaType::Collection,
+            (ObjectType::Group, Some("SOMAExperiment")) => SomaType::Experiment,
+            (ObjectType::Group, Some("SOMAMeasurement")) => SomaType::Measurement,
+            (ObjectType::Group, Some("SOMAScene")) => SomaType::Scene,
+            // The spec (1.1.0) spells a Scene's type "SOMAMultiscaleImage" too; a real image
+            // carries its image schema, a Scene does not.
+            (ObjectType::Group, Some("SOMAMultiscaleImage")) => {
+                if metadata.contains_key("soma_multiscale_image_schema") {
+                    SomaType::MultiscaleImage
+                } else {
+                    SomaType::Scene
+                }
+            }
+            (ObjectType::Array, Some("SOMADataFrame")) => SomaType::DataFrame,
+            (ObjectType::Array, Some("SOMASparseNDArray")) => SomaType::SparseNDArray,
+            (ObjectType::Array, Some("SOMADenseNDArray")) => SomaType::DenseNDArray,
+            (ObjectType::Array, Some("SOMAPointCloudDataFrame")) => SomaType::PointCloudDataFrame,
+            (ObjectType::Array, Some("SOMAGeometryDataFrame")) => SomaType::GeometryDataFrame,
+            (ObjectType::Array, _) => SomaType::PlainArray,
+            _ => SomaType::PlainGroup,
+        }
+    }
+
+    /// The name soma-mount shows for this type (`schema.json`'s `soma_object_type`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SomaType::Collection => "SOMACollection",
+            SomaType::Experiment => "SOMAExperiment",
+            SomaType::Measurement => "SOMAMeasurement",
+            SomaType::Scene => "SOMAScene",
+            SomaType::MultiscaleImage => "SOMAMultiscaleImage",
+            SomaType::DataFrame => "SOMADataFrame",
+            SomaType::SparseNDArray => "SOMASparseNDArray",
+            SomaType::DenseNDArray => "SOMADenseNDArray",
+            SomaType::PointCloudDataFrame => "SOMAPointCloudDataFrame",
+            SomaType::GeometryDataFrame => "SOMAGeometryDataFrame",
+            SomaType::PlainGroup => "TileDBGroup",
+            SomaType::PlainArray => "TileDBArray",
+        }
+    }
+
+    /// True for the data-frame types, whose index columns are named by the user.
+    pub fn is_dataframe(self) -> bool {
+        matches!(
+            self,
+            SomaType::DataFrame | SomaType::PointCloudDataFrame | SomaType::GeometryDataFrame
+        )
+    }
+
+    /// True for SparseNDArray and DenseNDArray.
+    pub fn is_nd_array(self) -> bool {
+        matches!(self, SomaType::SparseNDArray | SomaType::DenseNDArray)
+    }
+}
+
+/// A group, read whole: its metadata and members.
+#[derive(Debug)]
+pub struct GroupObject {
+    pub uri: String,
+    pub soma_type: SomaType,
+    pub metadata: Metadata,
+    pub members: Vec<Member>,
+}
+
+/// An array, described: its metadata and schema. Data is read by queries, elsewhere.
+#[derive(Debug)]
+pub struct ArrayObject {
+    pub uri: String,
+    pub soma_type: SomaType,
+    pub metadata: Metadata,
+    pub schema: SomaSchema,
+    /// The bounding box of the stored cells, one entry per index column (`None`: no cells).
+    pub non_empty_domain: Vec<Option<tiledb::Bounds>>,
+}
+
+/// An opened object.
+#[derive(Debug)]
+pub enum SomaObject {
+    Group(GroupObject),
+    Array(ArrayObject),
+}
+
+impl SomaObject {
+    pub fn uri(&self) -> &str {
+        match self {
+            SomaObject::Group(g) => &g.uri,
+            SomaObject::Array(a) => &a.uri,
+        }
+    }
+
+    pub fn soma_type(&self) -> SomaType {
+        match self {
+            SomaObject::Group(g) => g.soma_type,
+            SomaObject::Array(a) => a.soma_type,
+        }
+    }
+
+    pub fn metadata(&self) -> &Metadata {
+        match self {
+            SomaObject::Group(g) => &g.metadata,
+            SomaObject::Array(a) => &a.metadata,
+        }
+    }
+}
+
+/// Opens objects of one store: the libtiledb context and the mount's timestamp.
+pub struct Store {
+    ctx: Context,
+    timestamp_ms: Option<u64>,
+}
+
+/// The libtiledb settings soma-mount always uses: var-sized buffers come out as Arrow large
+/// offsets (64-bit, with the extra final element, in bytes).
+const BASE_CONFIG: [(&str, &str); 3] = [
+    ("sm.var_offsets.bitsize", "64"),
+    ("sm.var_offsets.extra_element", "true"),
+    ("sm.var_offsets.mode", "bytes"),
+];
+
+impl Store {
+    /// A store with the user's libtiledb settings on top of soma-mount's own.
+    pub fn new(settings: &[(String, String)], timestamp_ms: Option<u64>) -> tiledb::Result<Self> {
+        let mut config = Config::new()?;
+        for (key, value) in BASE_CONFIG {
+            config.set(key, value)?;
+        }
+        for (key, value) in settings {
+            config.set(key, value)?;
+        }
+        Ok(Store {
+            ctx: Context::new(&config)?,
+            timestamp_ms,
+        })
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    pub fn timestamp_ms(&self) -> Option<u64> {
+        self.timestamp_ms
+    }
+
+    /// Opens the object at `uri`, reading its metadata and structure.
+    pub fn open(&self, uri: &str) -> tiledb::Result<SomaObject> {
+        match tiledb::object_type(&self.ctx, uri)? {
+            ObjectType::Group => self.open_group(uri).map(SomaObject::Group),
+            ObjectType::Array => self.open_array(uri).map(SomaObject::Array),
+            ObjectType::Invalid => Err(tiledb::Error::new(format!(
+                "no TileDB group or array at {uri}"
+            ))),
+        }
+    }
+
+    fn open_group(&self, uri: &str) -> tiledb::Result<GroupObject> {
+        let group = Group::open(&self.ctx, uri, self.timestamp_ms)?;
+        let metadata = group.metadata()?;
+        Ok(GroupObject {
+            uri: uri.to_owned(),
+            soma_type: SomaType::recognise(ObjectType::Group, &metadata),
+            members: group.members()?,
+            metadata,
+        })
+    }
+
+    fn open_array(&self, uri: &str) -> tiledb::Result<ArrayObject> {
+        let array = Array::open(&self.ctx, uri, self.timestamp_ms)?;
+        let metadata = array.metadata()?;
+        let soma_type = SomaType::recognise(ObjectType::Array, &metadata);
+        let info = array.schema()?.info()?;
+        let mut enumerations: HashMap<String, EnumerationInfo> = HashMap::new();
+        for attr in &info.attributes {
+            if let Some(name) = &attr.enumeration {
+                if !enumerations.contains_key(name) {
+                    enumerations.insert(name.clone(), array.enumeration(name)?);
+                }
+            }
+        }
+        let non_empty_domain = info
+            .dimensions
+            .iter()
+            .enumerate()
+            .map(|(i, dim)| array.non_empty_domain(i as u32, dim))
+            .collect::<tiledb::Result<Vec<_>>>()?;
+        Ok(ArrayObject {
+            uri: uri.to_owned(),
+            soma_type,
+            schema: SomaSchema::new(soma_type, &info, &enumerations),
+            metadata,
+            non_empty_domain,
+        })
+    }
+
+    /// The number of stored cells of an array, from its fragments as of the mount's time.
+    ///
+    /// Fragments written by tiledbsoma do not overlap (each write adds new coordinates), so
+    /// the sum of their cell counts is the count of cells.
+    pub fn stored_cells(&self, uri: &str) -> tiledb::Result<u64> {
+        let fragments = FragmentInfo::load(&self.ctx, uri)?;
+        Ok(fragments
+            .iter()
+            .filter(|f| self.timestamp_ms.is_none_or(|ts| f.timestamp_range.1 <= ts))
+            .map(|f| f.cell_num)
+            .sum())
+    }
+}

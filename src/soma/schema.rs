@@ -1,0 +1,162 @@
+//! A SOMA object's schema as Arrow: columns in order (index columns first), their types,
+//! nullability, domains and enumerations.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit as ArrowUnit};
+
+use crate::tiledb::{Bounds, Datatype, EnumerationInfo, SchemaInfo, TimeUnit, Value, VAR_NUM};
+
+use super::SomaType;
+
+/// One column of a SOMA object: an index column (a TileDB dimension) or a value column.
+#[derive(Debug, Clone)]
+pub struct Column {
+    pub name: String,
+    pub datatype: Datatype,
+    /// The Arrow type of the column as read (an enumerated column is a dictionary).
+    pub arrow_type: DataType,
+    pub nullable: bool,
+    pub is_index: bool,
+    /// For index columns: the current domain where the array has one, else the schema's.
+    pub domain: Option<Bounds>,
+    /// For enumerated columns: the labels.
+    pub enumeration: Option<EnumerationInfo>,
+}
+
+/// The columns of an array and its shape.
+#[derive(Debug, Clone)]
+pub struct SomaSchema {
+    pub columns: Vec<Column>,
+    /// For ND arrays: the current domain's size along each dimension.
+    pub shape: Option<Vec<u64>>,
+    pub dense: bool,
+}
+
+/// The Arrow type of a TileDB value type, as tiledbsoma presents it.
+pub fn arrow_type(datatype: Datatype, cell_val_num: u32) -> DataType {
+    use Datatype::*;
+    // Fixed-size multi-value cells do not occur in SOMA; they read as bytes.
+    if cell_val_num != 1 && cell_val_num != VAR_NUM && !datatype.is_string() {
+        return DataType::LargeBinary;
+    }
+    match datatype {
+        Int8 => DataType::Int8,
+        Int16 => DataType::Int16,
+        Int32 => DataType::Int32,
+        Int64 => DataType::Int64,
+        UInt8 => DataType::UInt8,
+        UInt16 => DataType::UInt16,
+        UInt32 => DataType::UInt32,
+        UInt64 => DataType::UInt64,
+        Float32 => DataType::Float32,
+        Float64 => DataType::Float64,
+        Bool => DataType::Boolean,
+        DateTime(TimeUnit::Day) => DataType::Date32,
+        DateTime(TimeUnit::Second) => DataType::Timestamp(ArrowUnit::Second, None),
+        DateTime(TimeUnit::Millisecond) => DataType::Timestamp(ArrowUnit::Millisecond, None),
+        DateTime(TimeUnit::Microsecond) => DataType::Timestamp(ArrowUnit::Microsecond, None),
+        DateTime(TimeUnit::Nanosecond) => DataType::Timestamp(ArrowUnit::Nanosecond, None),
+        DateTime(_) | Time(_) => DataType::Int64,
+        t if t.is_string() => DataType::LargeUtf8,
+        _ => DataType::LargeBinary,
+    }
+}
+
+/// The Arrow type of an enumeration's labels (tiledbsoma reads string labels as
+/// `large_string`, like string columns).
+fn label_type(e: &EnumerationInfo) -> DataType {
+    arrow_type(e.datatype, if e.datatype.is_string() { VAR_NUM } else { 1 })
+}
+
+/// The shape of a current (or maximum) domain: `hi + 1` along each integer dimension.
+fn shape_of(columns: &[Column]) -> Vec<u64> {
+    columns
+        .iter()
+        .filter(|c| c.is_index)
+        .map(|c| match &c.domain {
+            Some((_, Value::Int(hi))) => (*hi + 1).max(0) as u64,
+            Some((_, Value::UInt(hi))) => hi.saturating_add(1),
+            _ => 0,
+        })
+        .collect()
+}
+
+impl SomaSchema {
+    pub fn new(
+        soma_type: SomaType,
+        info: &SchemaInfo,
+        enumerations: &HashMap<String, EnumerationInfo>,
+    ) -> SomaSchema {
+        let mut columns: Vec<Column> = info
+            .dimensions
+            .iter()
+            .enumerate()
+            .map(|(i, dim)| {
+                let current = info
+                    .current_domain
+                    .as_ref()
+                    .and_then(|cd| cd.get(i))
+                    .cloned();
+                Column {
+                    name: dim.name.clone(),
+                    datatype: dim.datatype,
+                    arrow_type: arrow_type(dim.datatype, dim.cell_val_num),
+                    nullable: false,
+                    is_index: true,
+                    domain: current.or_else(|| dim.domain.clone()),
+                    enumeration: None,
+                }
+            })
+            .collect();
+        columns.extend(info.attributes.iter().map(|attr| {
+            let enumeration = attr
+                .enumeration
+                .as_ref()
+                .and_then(|name| enumerations.get(name))
+                .cloned();
+            let value_type = arrow_type(attr.datatype, attr.cell_val_num);
+            let arrow_type = match &enumeration {
+                Some(e) => DataType::Dictionary(Box::new(value_type), Box::new(label_type(e))),
+                None => value_type,
+            };
+            Column {
+                name: attr.name.clone(),
+                datatype: attr.datatype,
+                arrow_type,
+                nullable: attr.nullable,
+                is_index: false,
+                domain: None,
+                enumeration,
+            }
+        }));
+        let shape = soma_type.is_nd_array().then(|| shape_of(&columns));
+        SomaSchema {
+            columns,
+            shape,
+            dense: info.array_type == crate::tiledb::ArrayType::Dense,
+        }
+    }
+
+    pub fn index_columns(&self) -> impl Iterator<Item = &Column> {
+        self.columns.iter().filter(|c| c.is_index)
+    }
+
+    /// The Arrow schema of the object's rows.
+    pub fn arrow(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| {
+                    let ordered = c.enumeration.as_ref().is_some_and(|e| e.ordered);
+                    let mut field = Field::new(&c.name, c.arrow_type.clone(), c.nullable);
+                    if ordered {
+                        field = field.with_dict_is_ordered(true);
+                    }
+                    field
+                })
+                .collect::<Vec<_>>(),
+        ))
+    }
+}

@@ -1,0 +1,547 @@
+//! TileDB arrays opened for reading: schema (dimensions, attributes, enumerations, current
+//! domain), non-empty domain, metadata and fragments.
+
+use std::ffi::c_void;
+use std::ptr;
+
+use super::context::{c_string, tiledb_call};
+use super::datatype::{Datatype, Value};
+use super::handle::{copy_c_str, handle, take_string};
+use super::metadata::{self, Metadata};
+use super::{ffi, Context, Error, Result};
+
+/// `TILEDB_VAR_NUM`: the cell value count of var-sized dimensions and attributes.
+pub const VAR_NUM: u32 = u32::MAX;
+
+handle!(
+    /// An array open for reading (`tiledb_array_t`); closed and freed on drop.
+    Array,
+    tiledb_array_t,
+    tiledb_array_free,
+    close = tiledb_array_close
+);
+handle!(
+    /// An array's schema (`tiledb_array_schema_t`).
+    ArraySchema,
+    tiledb_array_schema_t,
+    tiledb_array_schema_free
+);
+handle!(
+    /// A schema's domain (`tiledb_domain_t`).
+    Domain,
+    tiledb_domain_t,
+    tiledb_domain_free
+);
+handle!(
+    /// One dimension (`tiledb_dimension_t`).
+    Dimension,
+    tiledb_dimension_t,
+    tiledb_dimension_free
+);
+handle!(
+    /// One attribute (`tiledb_attribute_t`).
+    Attribute,
+    tiledb_attribute_t,
+    tiledb_attribute_free
+);
+handle!(
+    /// An enumeration of an attribute's labels (`tiledb_enumeration_t`).
+    Enumeration,
+    tiledb_enumeration_t,
+    tiledb_enumeration_free
+);
+handle!(
+    /// A schema's current domain (`tiledb_current_domain_t`).
+    CurrentDomain,
+    tiledb_current_domain_t,
+    tiledb_current_domain_free
+);
+handle!(
+    /// The ND rectangle of a current domain (`tiledb_ndrectangle_t`).
+    NdRectangle,
+    tiledb_ndrectangle_t,
+    tiledb_ndrectangle_free
+);
+handle!(
+    /// The fragments of an array (`tiledb_fragment_info_t`), loaded.
+    FragmentInfo,
+    tiledb_fragment_info_t,
+    tiledb_fragment_info_free
+);
+
+/// Dense or sparse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArrayType {
+    Dense,
+    Sparse,
+}
+
+/// An inclusive range of a dimension, as typed values.
+pub type Bounds = (Value, Value);
+
+/// A dimension described in plain Rust values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DimensionInfo {
+    pub name: String,
+    pub datatype: Datatype,
+    /// `VAR_NUM` for strings.
+    pub cell_val_num: u32,
+    /// The schema's (maximum) domain; `None` for string dimensions, which have none.
+    pub domain: Option<Bounds>,
+}
+
+/// An attribute described in plain Rust values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttributeInfo {
+    pub name: String,
+    pub datatype: Datatype,
+    pub cell_val_num: u32,
+    pub nullable: bool,
+    pub enumeration: Option<String>,
+}
+
+/// An enumeration's labels, in index order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnumerationInfo {
+    pub datatype: Datatype,
+    pub ordered: bool,
+    pub values: Vec<Value>,
+}
+
+/// One fragment of an array.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fragment {
+    pub uri: String,
+    pub cell_num: u64,
+    pub timestamp_range: (u64, u64),
+}
+
+/// Everything soma-mount needs from a schema, read once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchemaInfo {
+    pub array_type: ArrayType,
+    pub allows_dups: bool,
+    pub dimensions: Vec<DimensionInfo>,
+    pub attributes: Vec<AttributeInfo>,
+    /// The current domain, one range per dimension, when the schema has one.
+    pub current_domain: Option<Vec<Bounds>>,
+}
+
+/// Reads two values of `datatype` from a buffer holding `[lo, hi]`.
+fn bounds_from_bytes(datatype: Datatype, bytes: &[u8]) -> Result<Bounds> {
+    let mut values = datatype.decode(bytes).into_iter();
+    match (values.next(), values.next()) {
+        (Some(lo), Some(hi)) => Ok((lo, hi)),
+        _ => Err(Error::new("malformed domain from libtiledb")),
+    }
+}
+
+fn text_bounds(lo: &[u8], hi: &[u8]) -> Bounds {
+    (
+        Value::Text(String::from_utf8_lossy(lo).into_owned()),
+        Value::Text(String::from_utf8_lossy(hi).into_owned()),
+    )
+}
+
+impl Array {
+    /// Opens the array at `uri` for reading, as of `timestamp_ms` when given.
+    pub fn open(ctx: &Context, uri: &str, timestamp_ms: Option<u64>) -> Result<Array> {
+        let c_uri = c_string(uri)?;
+        let mut raw = ptr::null_mut();
+        tiledb_call!(ctx, tiledb_array_alloc(c_uri.as_ptr(), &mut raw))?;
+        let array = Array::from_raw(ctx, raw)?;
+        if let Some(ts) = timestamp_ms {
+            tiledb_call!(ctx, tiledb_array_set_open_timestamp_end(array.raw, ts))?;
+        }
+        tiledb_call!(ctx, tiledb_array_open(array.raw, ffi::TILEDB_READ))?;
+        Ok(array)
+    }
+
+    pub fn schema(&self) -> Result<ArraySchema> {
+        let mut raw = ptr::null_mut();
+        tiledb_call!(&self.ctx, tiledb_array_get_schema(self.raw, &mut raw))?;
+        ArraySchema::from_raw(&self.ctx, raw)
+    }
+
+    pub fn metadata(&self) -> Result<Metadata> {
+        let mut count = 0u64;
+        tiledb_call!(
+            &self.ctx,
+            tiledb_array_get_metadata_num(self.raw, &mut count)
+        )?;
+        metadata::read_all(count, |index, e| {
+            tiledb_call!(
+                &self.ctx,
+                tiledb_array_get_metadata_from_index(
+                    self.raw,
+                    index,
+                    &mut e.key,
+                    &mut e.key_len,
+                    &mut e.datatype,
+                    &mut e.value_num,
+                    &mut e.value
+                )
+            )
+        })
+    }
+
+    /// The bounding box of the written cells along dimension `index`, `None` when empty.
+    pub fn non_empty_domain(&self, index: u32, dim: &DimensionInfo) -> Result<Option<Bounds>> {
+        let mut is_empty = 0i32;
+        if dim.cell_val_num == VAR_NUM {
+            let (mut lo_size, mut hi_size) = (0u64, 0u64);
+            tiledb_call!(
+                &self.ctx,
+                tiledb_array_get_non_empty_domain_var_size_from_index(
+                    self.raw,
+                    index,
+                    &mut lo_size,
+                    &mut hi_size,
+                    &mut is_empty
+                )
+            )?;
+            if is_empty != 0 {
+                return Ok(None);
+            }
+            let mut lo = vec![0u8; lo_size as usize];
+            let mut hi = vec![0u8; hi_size as usize];
+            tiledb_call!(
+                &self.ctx,
+                tiledb_array_get_non_empty_domain_var_from_index(
+                    self.raw,
+                    index,
+                    lo.as_mut_ptr() as *mut c_void,
+                    hi.as_mut_ptr() as *mut c_void,
+                    &mut is_empty
+                )
+            )?;
+            return Ok(Some(text_bounds(&lo, &hi)));
+        }
+        let mut buf = vec![0u8; 2 * dim.datatype.size() * dim.cell_val_num.max(1) as usize];
+        tiledb_call!(
+            &self.ctx,
+            tiledb_array_get_non_empty_domain_from_index(
+                self.raw,
+                index,
+                buf.as_mut_ptr() as *mut c_void,
+                &mut is_empty
+            )
+        )?;
+        if is_empty != 0 {
+            return Ok(None);
+        }
+        bounds_from_bytes(dim.datatype, &buf).map(Some)
+    }
+
+    /// The enumeration named `name` (an attribute's `enumeration`), loaded from the array.
+    pub fn enumeration(&self, name: &str) -> Result<EnumerationInfo> {
+        let c_name = c_string(name)?;
+        let mut raw = ptr::null_mut();
+        tiledb_call!(
+            &self.ctx,
+            tiledb_array_get_enumeration(self.raw, c_name.as_ptr(), &mut raw)
+        )?;
+        Enumeration::from_raw(&self.ctx, raw)?.info()
+    }
+}
+
+impl ArraySchema {
+    /// Reads the whole schema into plain values.
+    pub fn info(&self) -> Result<SchemaInfo> {
+        let ctx = &self.ctx;
+        let mut array_type = 0;
+        tiledb_call!(
+            ctx,
+            tiledb_array_schema_get_array_type(self.raw, &mut array_type)
+        )?;
+        let mut allows_dups = 0;
+        tiledb_call!(
+            ctx,
+            tiledb_array_schema_get_allows_dups(self.raw, &mut allows_dups)
+        )?;
+        let mut domain = ptr::null_mut();
+        tiledb_call!(ctx, tiledb_array_schema_get_domain(self.raw, &mut domain))?;
+        let domain = Domain::from_raw(ctx, domain)?;
+        let dimensions = domain.dimensions()?;
+        let mut nattr = 0u32;
+        tiledb_call!(
+            ctx,
+            tiledb_array_schema_get_attribute_num(self.raw, &mut nattr)
+        )?;
+        let attributes = (0..nattr)
+            .map(|i| {
+                let mut raw = ptr::null_mut();
+                tiledb_call!(
+                    ctx,
+                    tiledb_array_schema_get_attribute_from_index(self.raw, i, &mut raw)
+                )?;
+                Attribute::from_raw(ctx, raw)?.info()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let current_domain = self.current_domain(&dimensions)?;
+        Ok(SchemaInfo {
+            array_type: if array_type == ffi::TILEDB_DENSE {
+                ArrayType::Dense
+            } else {
+                ArrayType::Sparse
+            },
+            allows_dups: allows_dups != 0,
+            dimensions,
+            attributes,
+            current_domain,
+        })
+    }
+
+    fn current_domain(&self, dims: &[DimensionInfo]) -> Result<Option<Vec<Bounds>>> {
+        let ctx = &self.ctx;
+        let mut raw = ptr::null_mut();
+        tiledb_call!(
+            ctx,
+            tiledb_array_schema_get_current_domain(self.raw, &mut raw)
+        )?;
+        let current = CurrentDomain::from_raw(ctx, raw)?;
+        let mut is_empty = 0u32;
+        tiledb_call!(
+            ctx,
+            tiledb_current_domain_get_is_empty(current.raw, &mut is_empty)
+        )?;
+        if is_empty != 0 {
+            return Ok(None);
+        }
+        let mut cd_type = 0;
+        tiledb_call!(
+            ctx,
+            tiledb_current_domain_get_type(current.raw, &mut cd_type)
+        )?;
+        if cd_type != ffi::TILEDB_NDRECTANGLE {
+            return Ok(None);
+        }
+        let mut ndr = ptr::null_mut();
+        tiledb_call!(
+            ctx,
+            tiledb_current_domain_get_ndrectangle(current.raw, &mut ndr)
+        )?;
+        let ndr = NdRectangle::from_raw(ctx, ndr)?;
+        dims.iter()
+            .enumerate()
+            .map(|(i, dim)| {
+                let mut range = ffi::tiledb_range_t {
+                    min: ptr::null(),
+                    min_size: 0,
+                    max: ptr::null(),
+                    max_size: 0,
+                };
+                tiledb_call!(
+                    ctx,
+                    tiledb_ndrectangle_get_range(ndr.raw, i as u32, &mut range)
+                )?;
+                // SAFETY: libtiledb points `min`/`max` at `min_size`/`max_size` bytes owned by
+                // the rectangle, which lives until the end of this function; they are copied.
+                let (lo, hi) = unsafe {
+                    (
+                        byte_slice(range.min, range.min_size),
+                        byte_slice(range.max, range.max_size),
+                    )
+                };
+                if dim.cell_val_num == VAR_NUM {
+                    Ok(text_bounds(lo, hi))
+                } else {
+                    let mut both = lo.to_vec();
+                    both.extend_from_slice(hi);
+                    bounds_from_bytes(dim.datatype, &both)
+                }
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+}
+
+/// Views `len` bytes at `p` (empty for a null pointer).
+///
+/// # Safety
+/// `p` is null or valid for `len` bytes for the returned lifetime.
+unsafe fn byte_slice<'a>(p: *const c_void, len: u64) -> &'a [u8] {
+    if p.is_null() || len == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(p as *const u8, len as usize)
+    }
+}
+
+impl Domain {
+    fn dimensions(&self) -> Result<Vec<DimensionInfo>> {
+        let mut ndim = 0u32;
+        tiledb_call!(&self.ctx, tiledb_domain_get_ndim(self.raw, &mut ndim))?;
+        (0..ndim)
+            .map(|i| {
+                let mut raw = ptr::null_mut();
+                tiledb_call!(
+                    &self.ctx,
+                    tiledb_domain_get_dimension_from_index(self.raw, i, &mut raw)
+                )?;
+                Dimension::from_raw(&self.ctx, raw)?.info()
+            })
+            .collect()
+    }
+}
+
+impl Dimension {
+    fn info(&self) -> Result<DimensionInfo> {
+        let ctx = &self.ctx;
+        let mut name = ptr::null();
+        tiledb_call!(ctx, tiledb_dimension_get_name(self.raw, &mut name))?;
+        let mut datatype = 0;
+        tiledb_call!(ctx, tiledb_dimension_get_type(self.raw, &mut datatype))?;
+        let datatype = Datatype::from_raw(datatype)?;
+        let mut cell_val_num = 0u32;
+        tiledb_call!(
+            ctx,
+            tiledb_dimension_get_cell_val_num(self.raw, &mut cell_val_num)
+        )?;
+        let mut domain = ptr::null();
+        tiledb_call!(ctx, tiledb_dimension_get_domain(self.raw, &mut domain))?;
+        let domain = if domain.is_null() || cell_val_num == VAR_NUM {
+            None
+        } else {
+            // SAFETY: a fixed-size dimension's domain is two values of its type, owned by the
+            // dimension handle, which is alive here; they are copied.
+            let bytes = unsafe { byte_slice(domain, 2 * datatype.size() as u64) };
+            Some(bounds_from_bytes(datatype, bytes)?)
+        };
+        Ok(DimensionInfo {
+            // SAFETY: the name is a NUL-terminated string owned by the live dimension handle.
+            name: unsafe { copy_c_str(name) },
+            datatype,
+            cell_val_num,
+            domain,
+        })
+    }
+}
+
+impl Attribute {
+    fn info(&self) -> Result<AttributeInfo> {
+        let ctx = &self.ctx;
+        let mut name = ptr::null();
+        tiledb_call!(ctx, tiledb_attribute_get_name(self.raw, &mut name))?;
+        let mut datatype = 0;
+        tiledb_call!(ctx, tiledb_attribute_get_type(self.raw, &mut datatype))?;
+        let mut cell_val_num = 0u32;
+        tiledb_call!(
+            ctx,
+            tiledb_attribute_get_cell_val_num(self.raw, &mut cell_val_num)
+        )?;
+        let mut nullable = 0u8;
+        tiledb_call!(ctx, tiledb_attribute_get_nullable(self.raw, &mut nullable))?;
+        let mut enumeration = ptr::null_mut();
+        tiledb_call!(
+            ctx,
+            tiledb_attribute_get_enumeration_name(self.raw, &mut enumeration)
+        )?;
+        let enumeration = if enumeration.is_null() {
+            None
+        } else {
+            Some(take_string(enumeration)?)
+        };
+        Ok(AttributeInfo {
+            // SAFETY: the name is a NUL-terminated string owned by the live attribute handle.
+            name: unsafe { copy_c_str(name) },
+            datatype: Datatype::from_raw(datatype)?,
+            cell_val_num,
+            nullable: nullable != 0,
+            enumeration,
+        })
+    }
+}
+
+impl Enumeration {
+    fn info(&self) -> Result<EnumerationInfo> {
+        let ctx = &self.ctx;
+        let mut datatype = 0;
+        tiledb_call!(ctx, tiledb_enumeration_get_type(self.raw, &mut datatype))?;
+        let datatype = Datatype::from_raw(datatype)?;
+        let mut cell_val_num = 0u32;
+        tiledb_call!(
+            ctx,
+            tiledb_enumeration_get_cell_val_num(self.raw, &mut cell_val_num)
+        )?;
+        let mut ordered = 0;
+        tiledb_call!(ctx, tiledb_enumeration_get_ordered(self.raw, &mut ordered))?;
+        let (mut data, mut data_size) = (ptr::null(), 0u64);
+        tiledb_call!(
+            ctx,
+            tiledb_enumeration_get_data(self.raw, &mut data, &mut data_size)
+        )?;
+        // SAFETY: the data buffer is owned by the live enumeration handle and copied below.
+        let data = unsafe { byte_slice(data, data_size) };
+        let values = if cell_val_num == VAR_NUM {
+            let (mut offsets, mut offsets_size) = (ptr::null(), 0u64);
+            tiledb_call!(
+                ctx,
+                tiledb_enumeration_get_offsets(self.raw, &mut offsets, &mut offsets_size)
+            )?;
+            // SAFETY: as for `data`: `offsets_size` bytes of u64 offsets owned by the handle.
+            let offsets = unsafe { byte_slice(offsets, offsets_size) };
+            let starts: Vec<usize> = offsets
+                .chunks_exact(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")) as usize)
+                .collect();
+            let mut values = Vec::with_capacity(starts.len());
+            for (i, &start) in starts.iter().enumerate() {
+                let end = starts.get(i + 1).copied().unwrap_or(data.len());
+                let bytes = data
+                    .get(start..end)
+                    .ok_or_else(|| Error::new("malformed enumeration offsets"))?;
+                values.extend(datatype.decode(bytes));
+            }
+            values
+        } else {
+            datatype.decode(data)
+        };
+        Ok(EnumerationInfo {
+            datatype,
+            ordered: ordered != 0,
+            values,
+        })
+    }
+}
+
+impl FragmentInfo {
+    /// Loads the fragment list of the array at `uri`.
+    pub fn load(ctx: &Context, uri: &str) -> Result<Vec<Fragment>> {
+        let c_uri = c_string(uri)?;
+        let mut raw = ptr::null_mut();
+        tiledb_call!(ctx, tiledb_fragment_info_alloc(c_uri.as_ptr(), &mut raw))?;
+        let info = FragmentInfo::from_raw(ctx, raw)?;
+        tiledb_call!(ctx, tiledb_fragment_info_load(info.raw))?;
+        let mut num = 0u32;
+        tiledb_call!(
+            ctx,
+            tiledb_fragment_info_get_fragment_num(info.raw, &mut num)
+        )?;
+        (0..num)
+            .map(|fid| {
+                let mut uri = ptr::null();
+                tiledb_call!(
+                    ctx,
+                    tiledb_fragment_info_get_fragment_uri(info.raw, fid, &mut uri)
+                )?;
+                let mut cell_num = 0u64;
+                tiledb_call!(
+                    ctx,
+                    tiledb_fragment_info_get_cell_num(info.raw, fid, &mut cell_num)
+                )?;
+                let (mut start, mut end) = (0u64, 0u64);
+                tiledb_call!(
+                    ctx,
+                    tiledb_fragment_info_get_timestamp_range(info.raw, fid, &mut start, &mut end)
+                )?;
+                Ok(Fragment {
+                    // SAFETY: the URI is a NUL-terminated string owned by the loaded info.
+                    uri: unsafe { copy_c_str(uri) },
+                    cell_num,
+                    timestamp_range: (start, end),
+                })
+            })
+            .collect()
+    }
+}

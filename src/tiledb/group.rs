@@ -1,0 +1,105 @@
+//! TileDB groups opened for reading: their members and metadata.
+
+use std::ptr;
+
+use super::context::{c_string, tiledb_call};
+use super::handle::{handle, take_string};
+use super::metadata::{self, Metadata};
+use super::{ffi, Config, Context, ObjectType, Result};
+
+handle!(
+    /// A group open for reading (`tiledb_group_t`); closed and freed on drop.
+    Group,
+    tiledb_group_t,
+    tiledb_group_free,
+    close = tiledb_group_close
+);
+
+/// One member of a group, as the group records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The member's name in the group (for old groups without names, libtiledb's fallback).
+    pub name: String,
+    /// The member's URI, resolved against the group's when it is relative.
+    pub uri: String,
+    pub object_type: ObjectType,
+}
+
+impl Group {
+    /// Opens the group at `uri` for reading, as of `timestamp_ms` when given.
+    pub fn open(ctx: &Context, uri: &str, timestamp_ms: Option<u64>) -> Result<Group> {
+        let c_uri = c_string(uri)?;
+        let mut raw = ptr::null_mut();
+        tiledb_call!(ctx, tiledb_group_alloc(c_uri.as_ptr(), &mut raw))?;
+        let group = Group::from_raw(ctx, raw)?;
+        if let Some(ts) = timestamp_ms {
+            let mut config = Config::new()?;
+            config.set("sm.group.timestamp_end", &ts.to_string())?;
+            tiledb_call!(ctx, tiledb_group_set_config(group.raw, config.as_ptr()))?;
+        }
+        tiledb_call!(ctx, tiledb_group_open(group.raw, ffi::TILEDB_READ))?;
+        Ok(group)
+    }
+
+    pub fn members(&self) -> Result<Vec<Member>> {
+        let mut count = 0u64;
+        tiledb_call!(
+            &self.ctx,
+            tiledb_group_get_member_count(self.raw, &mut count)
+        )?;
+        (0..count)
+            .map(|index| {
+                let (mut uri, mut name) = (ptr::null_mut(), ptr::null_mut());
+                let mut object_type = 0;
+                tiledb_call!(
+                    &self.ctx,
+                    tiledb_group_get_member_by_index_v2(
+                        self.raw,
+                        index,
+                        &mut uri,
+                        &mut object_type,
+                        &mut name
+                    )
+                )?;
+                let uri = take_string(uri)?;
+                // A member without a name gives a null name: it is listed by its URI's last part.
+                let name = if name.is_null() {
+                    uri.trim_end_matches('/')
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned()
+                } else {
+                    take_string(name)?
+                };
+                Ok(Member {
+                    name,
+                    uri,
+                    object_type: ObjectType::from_raw(object_type),
+                })
+            })
+            .collect()
+    }
+
+    pub fn metadata(&self) -> Result<Metadata> {
+        let mut count = 0u64;
+        tiledb_call!(
+            &self.ctx,
+            tiledb_group_get_metadata_num(self.raw, &mut count)
+        )?;
+        metadata::read_all(count, |index, e| {
+            tiledb_call!(
+                &self.ctx,
+                tiledb_group_get_metadata_from_index(
+                    self.raw,
+                    index,
+                    &mut e.key,
+                    &mut e.key_len,
+                    &mut e.datatype,
+                    &mut e.value_num,
+                    &mut e.value
+                )
+            )
+        })
+    }
+}
