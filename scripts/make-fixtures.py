@@ -22,6 +22,7 @@ Collection API only takes "normal" keys):
       the name as a C string, so libtiledb silently stores "x" -- not written.
 """
 
+import hashlib
 import os
 import shutil
 import sys
@@ -512,24 +513,24 @@ def build_scene(uri, rng):
         scene.add_new_collection("varl")
         scene.add_new_collection("img")
 
-        n = 200
-        schema = pa.schema(
-            [
-                pa.field("x", pa.float64(), nullable=False),
-                pa.field("y", pa.float64(), nullable=False),
-                pa.field("gene", pa.dictionary(pa.int8(), pa.string()), nullable=False),
-                pa.field("quality", pa.float32(), nullable=True),
-            ]
-        )
-        pts_space = CoordinateSpace([Axis(name="x", unit="pixel"), Axis(name="y", unit="pixel")])
-        pts = scene.add_new_point_cloud_dataframe(
-            "points",
-            "obsl",
-            transform=AffineTransform(("x", "y"), ("x", "y"), [[2.0, 0.5, 10.0], [-0.25, 2.0, -3.0]]),
-            schema=schema,
-            coordinate_space=pts_space,
-            domain=[(0.0, 100.0), (-50.0, 50.0), (0, n - 1)],
-        )
+    # The point cloud is created on its own and then registered: Scene's
+    # add_new_point_cloud_dataframe creates it at the scene's open timestamp, so the
+    # enumeration extension done by the write lands at the same millisecond as the
+    # original schema and libtiledb keeps the empty enumeration (tiledbsoma 2.3.0).
+    n = 200
+    schema = pa.schema(
+        [
+            pa.field("x", pa.float64(), nullable=False),
+            pa.field("y", pa.float64(), nullable=False),
+            pa.field("gene", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+            pa.field("quality", pa.float32(), nullable=True),
+        ]
+    )
+    pts_uri = os.path.join(uri, "obsl", "points")
+    pts_space = CoordinateSpace([Axis(name="x", unit="pixel"), Axis(name="y", unit="pixel")])
+    with tiledbsoma.PointCloudDataFrame.create(
+        pts_uri, schema=schema, coordinate_space=pts_space, domain=[(0.0, 100.0), (-50.0, 50.0), (0, n - 1)]
+    ) as pts:
         tbl = pa.Table.from_pydict(
             {
                 "x": rng.uniform(0, 100, n),
@@ -541,11 +542,18 @@ def build_scene(uri, rng):
                 "quality": pa.array(rng.uniform(0, 1, n).astype(np.float32)),
             }
         )
-        pts.write(tbl.select(pts.schema.names))
+        pts.write(tbl.select(pts.schema.names).cast(pts.schema))
         pts.metadata["soma_geometry_type"] = "radius"
         pts.metadata["soma_geometry"] = 1.5
-        pts.close()
 
+    with tiledbsoma.open(uri, "w") as scene:
+        scene["obsl"].set("points", tiledbsoma.open(pts_uri), use_relative_uri=True)
+        scene.set_transform_to_point_cloud_dataframe(
+            "points",
+            transform=AffineTransform(("x", "y"), ("x", "y"), [[2.0, 0.5, 10.0], [-0.25, 2.0, -3.0]]),
+        )
+
+    with tiledbsoma.open(uri, "w") as scene:
         img = scene.add_new_multiscale_image(
             "tissue",
             "img",
@@ -570,6 +578,30 @@ def build_scene(uri, rng):
 # --------------------------------------------------------------------------------------
 
 
+def verify(uri):
+    """Read back every SOMA array reachable from uri with tiledbsoma, so a fixture that
+    tiledbsoma wrote but cannot read (e.g. an enumeration left empty) fails here."""
+    try:
+        obj = tiledbsoma.open(uri)
+    except Exception:  # broken member, plain TileDB object
+        return
+    with obj:
+        if isinstance(obj, tiledbsoma._soma_group.SOMAGroup):
+            for k in list(obj.keys()):
+                verify(obj._contents[k].uri)
+            return
+        if obj.soma_type == "SOMADenseNDArray":
+            obj.read().to_numpy()
+            return
+        tbl = obj.read().tables().concat() if obj.soma_type == "SOMASparseNDArray" else obj.read().concat()
+        for f in tbl.schema:
+            if pa.types.is_dictionary(f.type):
+                col = tbl.column(f.name).combine_chunks()
+                if len(col) > col.null_count and len(col.dictionary) == 0:
+                    raise RuntimeError(f"{uri}: column {f.name!r} has values but an empty enumeration")
+                col.to_pylist()
+
+
 def main(argv):
     outdir = argv[1] if len(argv) > 1 else "fixtures"
     outdir = os.path.abspath(outdir)
@@ -580,6 +612,13 @@ def main(argv):
     build_hand(os.path.join(outdir, "hand"), rng)
     build_scene(os.path.join(outdir, "scene"), np.random.default_rng(SEED + 1))
     build_pbmc(os.path.join(outdir, "pbmc"))
+    for store in ("hand", "scene", "pbmc"):
+        verify(os.path.join(outdir, store))
+    # Lets tests/python/conftest.py rebuild fixtures made by an older version of this script.
+    with open(__file__, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    with open(os.path.join(outdir, ".fixtures-stamp"), "w") as f:
+        f.write(digest + "\n")
     print(f"fixtures written to {outdir}")
 
 

@@ -11,7 +11,7 @@ use clap::Parser;
 use fuser::{MountOption, SessionACL};
 use log::{error, info, warn};
 
-use soma_mount::fs::{SomaFs, Tree};
+use soma_mount::fs::{ContentCache, DataOptions, SomaFs, Tree};
 use soma_mount::soma::Store;
 
 /// Set in the environment of the foreground process that `soma-mount` (without `-f`) starts.
@@ -43,6 +43,52 @@ struct Cli {
     /// Write the log to this file (a daemon otherwise logs nowhere once mounted).
     #[arg(long)]
     log_file: Option<PathBuf>,
+    /// Where generated files are cached [default: $XDG_CACHE_HOME/soma-mount].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// The most the cache may hold on disk (K, M, G, T suffixes are powers of 1024).
+    #[arg(long, default_value = "10G", value_parser = parse_size)]
+    cache_size: u64,
+    /// Data files estimated below this size are generated whole when opened, so that their
+    /// exact size is known to stat, mmap and tail.
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    materialize_limit: u64,
+    /// Generate every data file whole when opened: every size is exact, first bytes come later.
+    #[arg(long)]
+    exact_sizes: bool,
+}
+
+/// A size in bytes: a number with an optional K, M, G or T suffix (powers of 1024).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text
+        .trim()
+        .trim_end_matches(['B', 'b'])
+        .trim_end_matches('i');
+    let (digits, shift) = match trimmed.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&trimmed[..i], 10),
+        Some((i, 'M' | 'm')) => (&trimmed[..i], 20),
+        Some((i, 'G' | 'g')) => (&trimmed[..i], 30),
+        Some((i, 'T' | 't')) => (&trimmed[..i], 40),
+        _ => (trimmed, 0),
+    };
+    digits
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .ok_or_else(|| format!("not a size: {text:?} (e.g. 512M, 10G)"))
+}
+
+/// `$XDG_CACHE_HOME/soma-mount`, else `~/.cache/soma-mount`, else a directory in /tmp.
+fn default_cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("soma-mount");
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(home).join(".cache").join("soma-mount");
+    }
+    // SAFETY: getuid cannot fail and touches no memory.
+    std::env::temp_dir().join(format!("soma-mount-cache-{}", unsafe { libc::getuid() }))
 }
 
 fn parse_timestamp(text: &str) -> Result<u64, String> {
@@ -241,7 +287,23 @@ fn run(cli: Cli) -> ExitCode {
     }
     config.n_threads = Some(4);
 
-    let fs = SomaFs::new(Tree::new(store, &uri));
+    let cache_dir = cli.cache_dir.clone().unwrap_or_else(default_cache_dir);
+    let cache = match ContentCache::open(&cache_dir, cli.cache_size) {
+        Ok(cache) => Arc::new(cache),
+        Err(e) => {
+            eprintln!(
+                "soma-mount: cannot use cache directory {}: {e}",
+                cache_dir.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let data = DataOptions {
+        cache,
+        materialize_limit: cli.materialize_limit,
+        exact_sizes: cli.exact_sizes,
+    };
+    let fs = SomaFs::new(Tree::new(store, &uri, data));
     let session = match fuser::Session::new(fs, &cli.mountpoint, &config).and_then(|s| s.spawn()) {
         Ok(session) => session,
         Err(e) => {

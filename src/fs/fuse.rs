@@ -8,9 +8,9 @@ use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow, WriteFlags,
+    Generation, INodeNo, IoctlFlags, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use super::tree::{Attr, FsError, Tree};
@@ -63,6 +63,16 @@ impl SomaFs {
     }
 }
 
+/// Attributes of a file whose size is not known yet are never cached: the next `stat` must
+/// see the exact size as soon as the file has been generated.
+fn ttl(attr: &Attr) -> Duration {
+    if attr.size_known {
+        TTL
+    } else {
+        Duration::ZERO
+    }
+}
+
 fn errno(e: &FsError) -> Errno {
     match e {
         FsError::NotFound => Errno::ENOENT,
@@ -78,14 +88,14 @@ impl Filesystem for SomaFs {
             return reply.error(Errno::ENOENT);
         };
         match self.tree.lookup(parent.0, name) {
-            Ok(attr) => reply.entry(&TTL, &self.file_attr(&attr), Generation(0)),
+            Ok(attr) => reply.entry(&ttl(&attr), &self.file_attr(&attr), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.tree.getattr(ino.0) {
-            Ok(attr) => reply.attr(&TTL, &self.file_attr(&attr)),
+            Ok(attr) => reply.attr(&ttl(&attr), &self.file_attr(&attr)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -94,32 +104,42 @@ impl Filesystem for SomaFs {
         if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             return reply.error(Errno::EROFS);
         }
-        match self.tree.getattr(ino.0) {
-            Ok(attr) if attr.is_dir => reply.error(Errno::EISDIR),
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+        match self.tree.open(ino.0) {
+            Ok(opened) if opened.direct_io => {
+                reply.opened(FileHandle(opened.fh), FopenFlags::FOPEN_DIRECT_IO)
+            }
+            Ok(opened) => reply.opened(FileHandle(opened.fh), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.tree.release(fh.0);
+        reply.ok();
     }
 
     fn read(
         &self,
         _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
+        _ino: INodeNo,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.tree.content(ino.0) {
-            Ok(bytes) => {
-                let start = usize::try_from(offset)
-                    .unwrap_or(usize::MAX)
-                    .min(bytes.len());
-                let end = start.saturating_add(size as usize).min(bytes.len());
-                reply.data(&bytes[start..end]);
-            }
+        match self.tree.read(fh.0, offset, size) {
+            Ok(bytes) => reply.data(&bytes),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -153,6 +173,51 @@ impl Filesystem for SomaFs {
             }
         }
         reply.ok();
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // Not a terminal, nor anything else ioctl asks about.
+        reply.error(Errno::ENOTTY);
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::ENODATA);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

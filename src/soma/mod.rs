@@ -6,7 +6,9 @@
 //! owns the libtiledb context and the mount's time-travel timestamp.
 
 mod object;
+mod reader;
 mod schema;
 
 pub use object::{ArrayObject, GroupObject, SomaObject, SomaType, Store};
-pub use schema::{Column, SomaSchema};
+pub use reader::{BatchReader, Selection, BATCH_BYTES};
+pub use schema::{arrow_type, Column, SomaSchema};

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use crate::tiledb::{
-    self, Array, Config, Context, EnumerationInfo, FragmentInfo, Group, Member, Metadata,
+    self, Array, Config, Context, EnumerationInfo, Fragment, FragmentInfo, Group, Member, Metadata,
     ObjectType,
 };
 
@@ -106,6 +106,35 @@ pub struct ArrayObject {
     pub schema: SomaSchema,
     /// The bounding box of the stored cells, one entry per index column (`None`: no cells).
     pub non_empty_domain: Vec<Option<tiledb::Bounds>>,
+    /// The fragments seen when the array was opened: what every read of it will see.
+    pub fragments: Vec<Fragment>,
+    /// The timestamp reads open the array at, so that they see exactly `fragments`.
+    pub read_timestamp_ms: Option<u64>,
+}
+
+impl ArrayObject {
+    /// The number of stored cells.
+    ///
+    /// Sparse: the fragments' cell counts added up (tiledbsoma never writes the same
+    /// coordinates twice into a SOMA array, so fragments do not overlap). Dense fragments
+    /// count whole tiles, so a dense array's count is the cells of its non-empty domain.
+    pub fn stored_cells(&self) -> u64 {
+        if !self.schema.dense {
+            return self.fragments.iter().map(|f| f.cell_num).sum();
+        }
+        self.non_empty_domain
+            .iter()
+            .map(|bounds| match bounds {
+                Some((tiledb::Value::Int(lo), tiledb::Value::Int(hi))) => {
+                    (hi - lo + 1).max(0) as u64
+                }
+                Some((tiledb::Value::UInt(lo), tiledb::Value::UInt(hi))) => {
+                    hi.saturating_sub(*lo) + 1
+                }
+                _ => 0,
+            })
+            .product()
+    }
 }
 
 /// An opened object.
@@ -217,25 +246,21 @@ impl Store {
             .enumerate()
             .map(|(i, dim)| array.non_empty_domain(i as u32, dim))
             .collect::<tiledb::Result<Vec<_>>>()?;
+        let fragments: Vec<Fragment> = FragmentInfo::load(&self.ctx, uri)?
+            .into_iter()
+            .filter(|f| self.timestamp_ms.is_none_or(|ts| f.timestamp_range.1 <= ts))
+            .collect();
+        let read_timestamp_ms = self
+            .timestamp_ms
+            .or_else(|| fragments.iter().map(|f| f.timestamp_range.1).max());
         Ok(ArrayObject {
             uri: uri.to_owned(),
             soma_type,
             schema: SomaSchema::new(soma_type, &info, &enumerations),
             metadata,
             non_empty_domain,
+            fragments,
+            read_timestamp_ms,
         })
-    }
-
-    /// The number of stored cells of an array, from its fragments as of the mount's time.
-    ///
-    /// Fragments written by tiledbsoma do not overlap (each write adds new coordinates), so
-    /// the sum of their cell counts is the count of cells.
-    pub fn stored_cells(&self, uri: &str) -> tiledb::Result<u64> {
-        let fragments = FragmentInfo::load(&self.ctx, uri)?;
-        Ok(fragments
-            .iter()
-            .filter(|f| self.timestamp_ms.is_none_or(|ts| f.timestamp_range.1 <= ts))
-            .map(|f| f.cell_num)
-            .sum())
     }
 }

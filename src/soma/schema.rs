@@ -15,6 +15,8 @@ use super::SomaType;
 pub struct Column {
     pub name: String,
     pub datatype: Datatype,
+    /// Values per cell (`VAR_NUM` for strings and bytes).
+    pub cell_val_num: u32,
     /// The Arrow type of the column as read (an enumerated column is a dictionary).
     pub arrow_type: DataType,
     pub nullable: bool,
@@ -59,6 +61,8 @@ pub fn arrow_type(datatype: Datatype, cell_val_num: u32) -> DataType {
         DateTime(TimeUnit::Microsecond) => DataType::Timestamp(ArrowUnit::Microsecond, None),
         DateTime(TimeUnit::Nanosecond) => DataType::Timestamp(ArrowUnit::Nanosecond, None),
         DateTime(_) | Time(_) => DataType::Int64,
+        // tiledbsoma stores Arrow binary columns as CHAR.
+        Char => DataType::LargeBinary,
         t if t.is_string() => DataType::LargeUtf8,
         _ => DataType::LargeBinary,
     }
@@ -68,6 +72,19 @@ pub fn arrow_type(datatype: Datatype, cell_val_num: u32) -> DataType {
 /// `large_string`, like string columns).
 fn label_type(e: &EnumerationInfo) -> DataType {
     arrow_type(e.datatype, if e.datatype.is_string() { VAR_NUM } else { 1 })
+}
+
+/// A string dimension's current domain as tiledbsoma shows it: `("", "\x7f")` and
+/// `("", "\xff")` are how it stores "no bounds", shown as `("", "")`.
+fn unbounded_text(bounds: &Bounds) -> Bounds {
+    match bounds {
+        (Value::Text(lo), Value::Text(hi))
+            if lo.is_empty() && (hi == "\u{7f}" || hi == "\u{fffd}" || hi.is_empty()) =>
+        {
+            (Value::Text(String::new()), Value::Text(String::new()))
+        }
+        other => other.clone(),
+    }
 }
 
 /// The shape of a current (or maximum) domain: `hi + 1` along each integer dimension.
@@ -98,10 +115,11 @@ impl SomaSchema {
                     .current_domain
                     .as_ref()
                     .and_then(|cd| cd.get(i))
-                    .cloned();
+                    .map(unbounded_text);
                 Column {
                     name: dim.name.clone(),
                     datatype: dim.datatype,
+                    cell_val_num: dim.cell_val_num,
                     arrow_type: arrow_type(dim.datatype, dim.cell_val_num),
                     nullable: false,
                     is_index: true,
@@ -124,6 +142,7 @@ impl SomaSchema {
             Column {
                 name: attr.name.clone(),
                 datatype: attr.datatype,
+                cell_val_num: attr.cell_val_num,
                 arrow_type,
                 nullable: attr.nullable,
                 is_index: false,

@@ -443,3 +443,102 @@ extern "C" {
         end: *mut u64,
     ) -> capi_return_t;
 }
+
+extern "C" {
+    // query_api_external.h (tiledb/sm/c_api/tiledb.h in 2.30)
+    pub fn tiledb_query_alloc(
+        ctx: *mut tiledb_ctx_t,
+        array: *mut tiledb_array_t,
+        query_type: tiledb_query_type_t,
+        query: *mut *mut tiledb_query_t,
+    ) -> capi_return_t;
+    pub fn tiledb_query_free(query: *mut *mut tiledb_query_t);
+    pub fn tiledb_query_set_layout(
+        ctx: *mut tiledb_ctx_t,
+        query: *mut tiledb_query_t,
+        layout: tiledb_layout_t,
+    ) -> capi_return_t;
+    pub fn tiledb_query_set_subarray_t(
+        ctx: *mut tiledb_ctx_t,
+        query: *mut tiledb_query_t,
+        subarray: *const tiledb_subarray_t,
+    ) -> capi_return_t;
+    pub fn tiledb_query_set_condition(
+        ctx: *mut tiledb_ctx_t,
+        query: *mut tiledb_query_t,
+        cond: *const tiledb_query_condition_t,
+    ) -> capi_return_t;
+    pub fn tiledb_query_set_data_buffer(
+        ctx: *mut tiledb_ctx_t,
+        query: *mut tiledb_query_t,
+        name: *const c_char,
+        buffer: *mut c_void,
+        buffer_size: *mut u64,
+    ) -> capi_return_t;
+    pub fn tiledb_query_set_offsets_buffer(
+        ctx: *mut tiledb_ctx_t,
+        query: *mut tiledb_query_t,
+        name: *const c_char,
+        buffer: *mut u64,
+        buffer_size: *mut u64,
+    ) -> capi_return_t;
+    pub fn tiledb_query_set_validity_buffer(
+        ctx: *mut tiledb_ctx_t,
+        query: *mut tiledb_query_t,
+        name: *const c_char,
+        buffer: *mut u8,
+        buffer_size: *mut u64,
+    ) -> capi_return_t;
+    pub fn tiledb_query_submit(ctx: *mut tiledb_ctx_t, query: *mut tiledb_query_t)
+        -> capi_return_t;
+    pub fn tiledb_query_get_status(
+        ctx: *mut tiledb_ctx_t,
+        query: *mut tiledb_query_t,
+        status: *mut tiledb_query_status_t,
+    ) -> capi_return_t;
+
+    // subarray_api_external.h
+    pub fn tiledb_subarray_alloc(
+        ctx: *mut tiledb_ctx_t,
+        array: *const tiledb_array_t,
+        subarray: *mut *mut tiledb_subarray_t,
+    ) -> capi_return_t;
+    pub fn tiledb_subarray_free(subarray: *mut *mut tiledb_subarray_t);
+    pub fn tiledb_subarray_add_range(
+        ctx: *mut tiledb_ctx_t,
+        subarray: *mut tiledb_subarray_t,
+        dim_idx: u32,
+        start: *const c_void,
+        end: *const c_void,
+        stride: *const c_void,
+    ) -> capi_return_t;
+    pub fn tiledb_subarray_add_range_var(
+        ctx: *mut tiledb_ctx_t,
+        subarray: *mut tiledb_subarray_t,
+        dim_idx: u32,
+        start: *const c_void,
+        start_size: u64,
+        end: *const c_void,
+        end_size: u64,
+    ) -> capi_return_t;
+
+    // query_condition (tiledb/sm/c_api/tiledb.h, tiledb_experimental.h in 2.30)
+    pub fn tiledb_query_condition_alloc(
+        ctx: *mut tiledb_ctx_t,
+        cond: *mut *mut tiledb_query_condition_t,
+    ) -> capi_return_t;
+    pub fn tiledb_query_condition_free(cond: *mut *mut tiledb_query_condition_t);
+    pub fn tiledb_query_condition_init(
+        ctx: *mut tiledb_ctx_t,
+        cond: *mut tiledb_query_condition_t,
+        attribute_name: *const c_char,
+        condition_value: *const c_void,
+        condition_value_size: u64,
+        op: tiledb_query_condition_op_t,
+    ) -> capi_return_t;
+    pub fn tiledb_query_condition_set_use_enumeration(
+        ctx: *mut tiledb_ctx_t,
+        cond: *const tiledb_query_condition_t,
+        use_enumeration: c_int,
+    ) -> capi_return_t;
+}

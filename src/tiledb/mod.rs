@@ -12,6 +12,7 @@ pub(crate) mod ffi;
 mod group;
 mod handle;
 mod metadata;
+mod query;
 
 pub use array::{
     Array, ArrayType, AttributeInfo, Bounds, DimensionInfo, EnumerationInfo, Fragment,
@@ -22,6 +23,7 @@ pub use datatype::{Datatype, TimeUnit, Value};
 pub use error::{Error, Result};
 pub use group::{Group, Member};
 pub use metadata::{Metadata, MetadataValue};
+pub use query::{Batch, ColumnData, ColumnSpec, Layout, QueryCondition, ReadQuery};
 
 mod error;
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import signal
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -164,11 +164,13 @@ def pytest_runtest_makereport(item, call):
     rep = outcome.get_result()
     if rep.failed:
         seen = set()
-        for label, path in list(_TEST_LOGS) + list(_SESSION_LOGS):
+        logs = [(label, path, 16000) for label, path in _TEST_LOGS]
+        logs += [(label, path, 6000) for label, path in _SESSION_LOGS]
+        for label, path, limit in logs:
             if path in seen:
                 continue
             seen.add(path)
-            rep.sections.append((f"soma-mount stderr: {label}", _tail(path)))
+            rep.sections.append((f"soma-mount stderr: {label}", _tail(path, limit)))
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -182,6 +184,9 @@ def pytest_sessionfinish(session, exitstatus):
         with contextlib.suppress(OSError):
             os.rmdir(mp)
         _LIVE.pop(mp, None)
+    # Daemon logs are kept only when something failed (their tails are in the report).
+    if _LOG_DIR is not None and exitstatus == 0:
+        shutil.rmtree(_LOG_DIR, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -193,8 +198,9 @@ def _script_hash() -> str:
 
 
 def ensure_fixtures() -> Path:
-    """Build the fixtures if the directory is missing (or was built by an older
-    make-fixtures.py: its stamp no longer matches)."""
+    """Build the fixtures if the directory is missing, or if it was built by another
+    version of make-fixtures.py (the stamp it writes no longer matches). A directory
+    without a stamp is used as it is."""
     d = fixtures_path()
     stamp = d / STAMP
     stale = stamp.exists() and stamp.read_text().strip() != _script_hash()
@@ -204,7 +210,6 @@ def ensure_fixtures() -> Path:
         )
         if r.returncode != 0:
             raise RuntimeError(f"make-fixtures.py failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-        stamp.write_text(_script_hash() + "\n")
     missing = [s for s in STORES if not (d / s).is_dir()]
     if missing:
         raise RuntimeError(f"fixtures dir {d} lacks {missing}; delete it to rebuild")
@@ -260,7 +265,7 @@ def mount_guard(uri, *extra_args, label: str | None = None, session: bool = Fals
         _LIVE[mp] = proc
         ok = wait_until(lambda: is_mounted(mp) or proc.poll() is not None, MOUNT_TIMEOUT)
         if not (ok and is_mounted(mp)):
-            status = "exited with %s" % proc.returncode if proc.poll() is not None else "still running"
+            status = f"exited with {proc.returncode} before mounting" if proc.poll() is not None else "still running"
             raise AssertionError(
                 f"soma-mount did not mount {uri} on {mp} within {MOUNT_TIMEOUT}s ({status}); stderr:\n{_tail(log)}"
             )

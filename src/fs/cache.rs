@@ -1,0 +1,237 @@
+//! The on-disk content cache: generated files, keyed by what they were generated from (the
+//! array's URI and fragments, the format, the slice), so a changed array gets a new key and
+//! is never served stale. Entries are written under a temporary name and renamed into place
+//! whole; the least recently used are removed to keep the total under the size limit.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use log::{debug, warn};
+
+/// A cache key: 128 bits of a stable hash, as hex.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CacheKey(String);
+
+impl CacheKey {
+    /// The key of content generated from `parts` (each part is hashed with its length, so
+    /// different splits of the same text differ).
+    pub fn new<'a>(parts: impl IntoIterator<Item = &'a str>) -> CacheKey {
+        // FNV-1a, twice with different offset bases: stable across runs and versions.
+        let mut a: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut b: u64 = 0x6c62_272e_07bb_0142;
+        let mut eat = |bytes: &[u8]| {
+            for &byte in bytes {
+                a = (a ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+                b = (b ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        eat(env!("CARGO_PKG_VERSION").as_bytes());
+        for part in parts {
+            eat(&(part.len() as u64).to_le_bytes());
+            eat(part.as_bytes());
+        }
+        CacheKey(format!("{a:016x}{b:016x}"))
+    }
+}
+
+struct Entry {
+    size: u64,
+    last_used: u64,
+}
+
+/// Generated content on local disk.
+pub struct ContentCache {
+    dir: PathBuf,
+    limit_bytes: u64,
+    entries: Mutex<HashMap<String, Entry>>,
+    clock: AtomicU64,
+    /// One lock per key being generated whole, so that concurrent opens generate it once.
+    generating: Mutex<HashMap<CacheKey, Arc<Mutex<()>>>>,
+}
+
+/// Content being written; it becomes an entry on [`ContentCache::commit`], and its temporary
+/// file is removed if it is dropped before.
+pub struct Pending {
+    key: CacheKey,
+    path: PathBuf,
+    committed: bool,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+const SUFFIX: &str = ".data";
+const TMP_SUFFIX: &str = ".tmp";
+
+impl ContentCache {
+    /// Opens (creating) the cache in `dir`; leftovers of an earlier run's unfinished writes
+    /// are removed, finished entries are kept.
+    pub fn open(dir: &Path, limit_bytes: u64) -> io::Result<ContentCache> {
+        fs::create_dir_all(dir)?;
+        let mut entries = HashMap::new();
+        for item in fs::read_dir(dir)? {
+            let item = item?;
+            let name = item.file_name().to_string_lossy().into_owned();
+            if name.ends_with(TMP_SUFFIX) {
+                let _ = fs::remove_file(item.path());
+            } else if let Some(key) = name.strip_suffix(SUFFIX) {
+                let size = item.metadata()?.len();
+                entries.insert(key.to_owned(), Entry { size, last_used: 0 });
+            }
+        }
+        Ok(ContentCache {
+            dir: dir.to_owned(),
+            limit_bytes,
+            entries: Mutex::new(entries),
+            clock: AtomicU64::new(1),
+            generating: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn path(&self, key: &CacheKey) -> PathBuf {
+        self.dir.join(format!("{}{SUFFIX}", key.0))
+    }
+
+    /// The size of the entry for `key`, if there is one.
+    pub fn size(&self, key: &CacheKey) -> Option<u64> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.get(&key.0).map(|e| e.size)
+    }
+
+    /// Opens the entry for `key` for reading, marking it used.
+    pub fn open_entry(&self, key: &CacheKey) -> Option<(File, u64)> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = entries.get_mut(&key.0)?;
+        match File::open(self.path(key)) {
+            Ok(file) => {
+                entry.last_used = self.clock.fetch_add(1, Ordering::Relaxed);
+                Some((file, entry.size))
+            }
+            Err(_) => {
+                // Removed behind our back: forget it.
+                entries.remove(&key.0);
+                None
+            }
+        }
+    }
+
+    /// A new temporary file for content of `key`, opened for writing and for reading.
+    pub fn begin(&self, key: &CacheKey) -> io::Result<(Pending, File)> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = self
+            .dir
+            .join(format!("{}.{}.{n}{TMP_SUFFIX}", key.0, std::process::id()));
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        Ok((
+            Pending {
+                key: key.clone(),
+                path,
+                committed: false,
+            },
+            file,
+        ))
+    }
+
+    /// Makes finished content an entry, then removes the least recently used entries until
+    /// the cache fits its limit (the new entry is kept even when it alone is larger).
+    pub fn commit(&self, mut pending: Pending, size: u64) -> io::Result<()> {
+        fs::rename(&pending.path, self.path(&pending.key))?;
+        pending.committed = true;
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        entries.insert(
+            pending.key.0.clone(),
+            Entry {
+                size,
+                last_used: now,
+            },
+        );
+        let mut total: u64 = entries.values().map(|e| e.size).sum();
+        while total > self.limit_bytes && entries.len() > 1 {
+            let Some(oldest) = entries
+                .iter()
+                .filter(|(k, _)| **k != pending.key.0)
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            let removed = entries.remove(&oldest).map_or(0, |e| e.size);
+            total -= removed;
+            debug!("cache: evicting {oldest} ({removed} bytes)");
+            // An open reader keeps its descriptor; the name goes now.
+            if let Err(e) = fs::remove_file(self.dir.join(format!("{oldest}{SUFFIX}"))) {
+                warn!("cache: cannot remove {oldest}: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The lock held while `key` is generated whole.
+    pub fn generation_lock(&self, key: &CacheKey) -> Arc<Mutex<()>> {
+        let mut generating = self.generating.lock().unwrap_or_else(|e| e.into_inner());
+        generating.retain(|_, lock| Arc::strong_count(lock) > 1);
+        generating.entry(key.clone()).or_default().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("soma-mount-test-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn keys_are_stable_and_distinguish_splits() {
+        assert_eq!(CacheKey::new(["a", "b"]), CacheKey::new(["a", "b"]));
+        assert_ne!(CacheKey::new(["ab", ""]), CacheKey::new(["a", "b"]));
+    }
+
+    #[test]
+    fn entries_commit_survive_reopen_and_evict_oldest() {
+        let dir = temp_dir("cache");
+        let cache = ContentCache::open(&dir, 10).unwrap();
+        for (name, bytes) in [("one", &b"123456"[..]), ("two", b"abcdef")] {
+            let key = CacheKey::new([name]);
+            let (pending, mut file) = cache.begin(&key).unwrap();
+            file.write_all(bytes).unwrap();
+            cache.commit(pending, bytes.len() as u64).unwrap();
+        }
+        assert_eq!(
+            cache.size(&CacheKey::new(["one"])),
+            None,
+            "evicted to fit 10 bytes"
+        );
+        assert_eq!(cache.size(&CacheKey::new(["two"])), Some(6));
+        let (pending, _file) = cache.begin(&CacheKey::new(["three"])).unwrap();
+        drop(pending);
+        let reopened = ContentCache::open(&dir, 10).unwrap();
+        assert_eq!(reopened.size(&CacheKey::new(["two"])), Some(6));
+        assert_eq!(
+            fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temporary files left"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

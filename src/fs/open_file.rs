@@ -1,0 +1,304 @@
+//! Open files: what a file handle reads from. Small documents are bytes in memory; generated
+//! data is a cache entry on disk, or a stream that a generator thread is still writing into a
+//! cache file; `.npy` files map byte ranges to cells and read just those.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Condvar, Mutex};
+
+use arrow_array::{Array as _, BooleanArray};
+
+use crate::soma::{BatchReader, Selection, SomaObject, Store, BATCH_BYTES};
+use crate::tiledb::Value;
+
+use super::cache::{CacheKey, ContentCache};
+use super::tree::array_of;
+
+/// How far a generator may run ahead of the furthest byte a reader asked for.
+const READ_AHEAD_BYTES: u64 = 64 << 20;
+
+/// What one file handle reads.
+pub enum OpenFile {
+    Bytes(Arc<[u8]>),
+    Cached(File),
+    Streaming(Arc<Stream>),
+    Npy(NpyFile),
+}
+
+impl OpenFile {
+    /// Up to `size` bytes at `offset`; fewer only at the end of the content, or while a
+    /// stream has produced less so far (a short read; the reader asks again).
+    pub fn read(&self, store: &Store, offset: u64, size: u32) -> io::Result<Vec<u8>> {
+        match self {
+            OpenFile::Bytes(bytes) => {
+                let start = usize::try_from(offset)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len());
+                let end = start.saturating_add(size as usize).min(bytes.len());
+                Ok(bytes[start..end].to_vec())
+            }
+            OpenFile::Cached(file) => read_at(file, offset, size as u64),
+            OpenFile::Streaming(stream) => stream.read(offset, size),
+            OpenFile::Npy(npy) => npy.read(store, offset, size),
+        }
+    }
+
+    /// The handle is closed: an unfinished stream stops generating.
+    pub fn close(&self) {
+        if let OpenFile::Streaming(stream) = self {
+            stream.cancel();
+        }
+    }
+}
+
+fn read_at(file: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len as usize];
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(filled);
+    Ok(buf)
+}
+
+struct StreamState {
+    produced: u64,
+    /// The furthest byte any reader has asked for.
+    wanted: u64,
+    finished: Option<Result<(), String>>,
+    cancelled: bool,
+}
+
+/// Content a generator thread is writing into a cache file while readers read it.
+pub struct Stream {
+    file: File,
+    state: Mutex<StreamState>,
+    changed: Condvar,
+}
+
+impl Stream {
+    /// Starts `generate` on its own thread, writing into a new entry of `cache` for `key`,
+    /// which is committed when generation succeeds.
+    pub fn start(
+        cache: Arc<ContentCache>,
+        key: CacheKey,
+        generate: impl FnOnce(&mut (dyn Write + Send)) -> io::Result<()> + Send + 'static,
+    ) -> io::Result<Arc<Stream>> {
+        let (pending, file) = cache.begin(&key)?;
+        let stream = Arc::new(Stream {
+            file: file.try_clone()?,
+            state: Mutex::new(StreamState {
+                produced: 0,
+                wanted: 0,
+                finished: None,
+                cancelled: false,
+            }),
+            changed: Condvar::new(),
+        });
+        let producer = stream.clone();
+        std::thread::Builder::new()
+            .name("soma-generate".into())
+            .spawn(move || {
+                let mut sink = StreamSink {
+                    stream: &producer,
+                    file,
+                };
+                let result = generate(&mut sink).and_then(|()| {
+                    let produced = producer.lock().produced;
+                    cache.commit(pending, produced)
+                });
+                if let Err(e) = &result {
+                    if !producer.lock().cancelled {
+                        log::error!("generating {key:?} failed: {e}");
+                    }
+                }
+                producer.lock().finished = Some(result.map_err(|e| e.to_string()));
+                producer.changed.notify_all();
+            })?;
+        Ok(stream)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, StreamState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn read(&self, offset: u64, size: u32) -> io::Result<Vec<u8>> {
+        let mut state = self.lock();
+        let end = offset.saturating_add(u64::from(size));
+        if end > state.wanted {
+            state.wanted = end;
+            self.changed.notify_all();
+        }
+        while state.produced <= offset {
+            match &state.finished {
+                Some(Err(e)) => return Err(io::Error::other(e.clone())),
+                Some(Ok(())) => return Ok(Vec::new()),
+                None => state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner()),
+            }
+        }
+        let available = (state.produced - offset).min(u64::from(size));
+        drop(state);
+        read_at(&self.file, offset, available)
+    }
+
+    fn cancel(&self) {
+        self.lock().cancelled = true;
+        self.changed.notify_all();
+    }
+}
+
+/// The generator's side of a stream: writes go to the cache file, then wait while the
+/// generator is far ahead of every reader. Once the readers are gone, writes fail, which
+/// stops the generator and the TileDB query behind it.
+struct StreamSink<'a> {
+    stream: &'a Stream,
+    file: File,
+}
+
+impl Write for StreamSink<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.stream.lock().cancelled {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "every reader closed the file",
+            ));
+        }
+        self.file.write_all(buf)?;
+        let mut state = self.stream.lock();
+        state.produced += buf.len() as u64;
+        self.stream.changed.notify_all();
+        while state.produced > state.wanted + READ_AHEAD_BYTES && !state.cancelled {
+            state = self
+                .stream
+                .changed
+                .wait(state)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// A dense array's `.npy`: the header, then values in C order read on demand.
+pub struct NpyFile {
+    /// The dense array.
+    object: Arc<SomaObject>,
+    header: Vec<u8>,
+    item_size: u64,
+    shape: Vec<u64>,
+    /// The rows of the first dimension read last: (first row, their bytes).
+    last_rows: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
+}
+
+/// At least this many bytes of rows are read per query, for sequential readers.
+const NPY_MIN_READ_BYTES: u64 = 4 << 20;
+
+impl NpyFile {
+    pub fn new(object: Arc<SomaObject>, header: Vec<u8>, item_size: u64, shape: Vec<u64>) -> Self {
+        NpyFile {
+            object,
+            header,
+            item_size,
+            shape,
+            last_rows: Mutex::new(None),
+        }
+    }
+
+    /// The whole file's size: header and every cell.
+    pub fn size(&self) -> u64 {
+        self.header.len() as u64 + self.shape.iter().product::<u64>() * self.item_size
+    }
+
+    fn read(&self, store: &Store, offset: u64, size: u32) -> io::Result<Vec<u8>> {
+        let end = offset.saturating_add(u64::from(size)).min(self.size());
+        let header_len = self.header.len() as u64;
+        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+        let mut pos = offset;
+        if pos < header_len.min(end) {
+            out.extend_from_slice(&self.header[pos as usize..header_len.min(end) as usize]);
+            pos = header_len.min(end);
+        }
+        let row_bytes = self.shape.iter().skip(1).product::<u64>() * self.item_size;
+        while pos < end && row_bytes > 0 {
+            let data_pos = pos - header_len;
+            let row = data_pos / row_bytes;
+            let (first, rows) = self.rows_from(store, row, end - header_len)?;
+            let skip = (data_pos - first * row_bytes) as usize;
+            let take = ((end - pos) as usize).min(rows.len().saturating_sub(skip));
+            if take == 0 {
+                return Err(io::Error::other(
+                    "dense read returned fewer cells than the shape",
+                ));
+            }
+            out.extend_from_slice(&rows[skip..skip + take]);
+            pos += take as u64;
+        }
+        Ok(out)
+    }
+
+    /// Rows starting at or before `row` covering data bytes up to `data_end`, from the last
+    /// read when it has them, else from a new dense read.
+    fn rows_from(&self, store: &Store, row: u64, data_end: u64) -> io::Result<(u64, Arc<Vec<u8>>)> {
+        let row_bytes = self.shape.iter().skip(1).product::<u64>() * self.item_size;
+        {
+            let last = self.last_rows.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((first, bytes)) = &*last {
+                let held = bytes.len() as u64 / row_bytes;
+                if row >= *first && row < first + held {
+                    return Ok((*first, bytes.clone()));
+                }
+            }
+        }
+        let wanted_rows = data_end.div_ceil(row_bytes).saturating_sub(row);
+        let min_rows = NPY_MIN_READ_BYTES.div_ceil(row_bytes);
+        let last_row = (row + wanted_rows.max(min_rows)).min(self.shape[0]) - 1;
+        let bytes = Arc::new(self.read_rows(store, row, last_row)?);
+        *self.last_rows.lock().unwrap_or_else(|e| e.into_inner()) = Some((row, bytes.clone()));
+        Ok((row, bytes))
+    }
+
+    /// The values of rows `first..=last` of the first dimension, in C order.
+    fn read_rows(&self, store: &Store, first: u64, last: u64) -> io::Result<Vec<u8>> {
+        let array = array_of(&self.object);
+        let lo = match array
+            .schema
+            .index_columns()
+            .next()
+            .and_then(|c| c.domain.clone())
+        {
+            Some((Value::Int(lo), _)) => lo,
+            _ => 0,
+        };
+        let selection = Selection {
+            ranges: vec![vec![(
+                Value::Int(lo + first as i64),
+                Value::Int(lo + last as i64),
+            )]],
+            equals: None,
+        };
+        let mut reader =
+            BatchReader::open(store, array, &selection, BATCH_BYTES).map_err(io::Error::other)?;
+        let mut out = Vec::new();
+        while let Some(batch) = reader.next_batch().map_err(io::Error::other)? {
+            let values = batch.column(batch.num_columns() - 1);
+            if let Some(bools) = values.as_any().downcast_ref::<BooleanArray>() {
+                out.extend(bools.values().iter().map(u8::from));
+            } else {
+                let data = values.to_data();
+                let width = self.item_size as usize;
+                let start = data.offset() * width;
+                out.extend_from_slice(&data.buffers()[0][start..start + data.len() * width]);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,454 @@
+//! Read queries: a subarray, a layout, optional conditions, and per-column buffers of bounded
+//! size that libtiledb fills batch by batch until the query completes.
+
+use std::ffi::{c_void, CString};
+use std::ptr;
+
+use super::array::{Array, VAR_NUM};
+use super::context::{c_string, tiledb_call};
+use super::datatype::{Datatype, Value};
+use super::handle::handle;
+use super::{ffi, Error, Result};
+
+handle!(
+    /// A read query (`tiledb_query_t`).
+    Query,
+    tiledb_query_t,
+    tiledb_query_free
+);
+handle!(
+    /// The ranges a query reads (`tiledb_subarray_t`).
+    Subarray,
+    tiledb_subarray_t,
+    tiledb_subarray_free
+);
+handle!(
+    /// A filter on attribute values pushed into libtiledb (`tiledb_query_condition_t`).
+    QueryCondition,
+    tiledb_query_condition_t,
+    tiledb_query_condition_free
+);
+
+/// The order of the cells a read returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Sorted by the first dimension, then the second, …
+    RowMajor,
+    /// Whatever order is fastest.
+    Unordered,
+}
+
+/// A column to read: its name and how its values are laid out.
+#[derive(Debug, Clone)]
+pub struct ColumnSpec {
+    pub name: String,
+    pub datatype: Datatype,
+    pub cell_val_num: u32,
+    pub nullable: bool,
+}
+
+impl ColumnSpec {
+    fn is_var(&self) -> bool {
+        self.cell_val_num == VAR_NUM
+    }
+
+    /// Bytes of one fixed-size cell.
+    fn cell_size(&self) -> usize {
+        self.datatype.size() * self.cell_val_num.max(1) as usize
+    }
+}
+
+/// The buffers of one column. Their heap addresses and the boxed sizes are handed to
+/// libtiledb, so they are never moved or reallocated while the query can write to them.
+struct ColumnBuffers {
+    name: CString,
+    spec: ColumnSpec,
+    data: Vec<u8>,
+    data_size: Box<u64>,
+    offsets: Vec<u64>,
+    offsets_size: Box<u64>,
+    validity: Vec<u8>,
+    validity_size: Box<u64>,
+}
+
+/// One column of a batch, viewed in the query's buffers.
+pub struct ColumnData<'a> {
+    pub spec: &'a ColumnSpec,
+    /// Values, fixed-size cells back to back, or the bytes of var-sized cells.
+    pub data: &'a [u8],
+    /// For var-sized columns: `cells + 1` byte offsets into `data` (Arrow large offsets).
+    pub offsets: Option<&'a [u64]>,
+    /// For nullable columns: one byte per cell, non-zero where the cell is valid.
+    pub validity: Option<&'a [u8]>,
+}
+
+/// A batch of cells: every requested column, `cells` long.
+pub struct Batch<'a> {
+    pub cells: usize,
+    pub columns: Vec<ColumnData<'a>>,
+}
+
+/// A read query over an open array that yields batches of at most its buffers' size.
+pub struct ReadQuery {
+    // Field order matters: the query is freed before the buffers it points into.
+    query: Query,
+    columns: Vec<ColumnBuffers>,
+    _array: Array,
+    done: bool,
+    /// Whether the buffers were set on the query (they are re-set after every resize).
+    buffers_set: bool,
+}
+
+/// Bytes per cell assumed for var-sized columns when sizing buffers.
+const VAR_CELL_GUESS: usize = 32;
+
+impl ReadQuery {
+    /// A query reading `columns` of `array` in `layout`, within `ranges` (one list of
+    /// inclusive ranges per dimension; an empty list means the whole dimension) and, when
+    /// given, only the cells matching `condition`. Each batch holds about `batch_bytes`.
+    pub fn new(
+        array: Array,
+        layout: Layout,
+        ranges: &[Vec<(Value, Value)>],
+        columns: &[ColumnSpec],
+        condition: Option<&QueryCondition>,
+        batch_bytes: usize,
+    ) -> Result<ReadQuery> {
+        let ctx = array.context().clone();
+        let mut raw = ptr::null_mut();
+        tiledb_call!(
+            &ctx,
+            tiledb_query_alloc(array.as_ptr(), ffi::TILEDB_READ, &mut raw)
+        )?;
+        let query = Query::from_raw(&ctx, raw)?;
+        let layout = match layout {
+            Layout::RowMajor => ffi::TILEDB_ROW_MAJOR,
+            Layout::Unordered => ffi::TILEDB_UNORDERED,
+        };
+        tiledb_call!(&ctx, tiledb_query_set_layout(query.as_ptr(), layout))?;
+
+        if ranges.iter().any(|r| !r.is_empty()) {
+            let dimensions = array.schema()?.info()?.dimensions;
+            let mut raw = ptr::null_mut();
+            tiledb_call!(&ctx, tiledb_subarray_alloc(array.as_ptr(), &mut raw))?;
+            let subarray = Subarray::from_raw(&ctx, raw)?;
+            for (dim, (dim_ranges, info)) in ranges.iter().zip(&dimensions).enumerate() {
+                for (lo, hi) in dim_ranges {
+                    subarray.add_range(dim as u32, info.datatype, lo, hi)?;
+                }
+            }
+            tiledb_call!(
+                &ctx,
+                tiledb_query_set_subarray_t(query.as_ptr(), subarray.as_ptr())
+            )?;
+        }
+        if let Some(condition) = condition {
+            tiledb_call!(
+                &ctx,
+                tiledb_query_set_condition(query.as_ptr(), condition.as_ptr())
+            )?;
+        }
+
+        let row_bytes: usize = columns
+            .iter()
+            .map(|c| {
+                let value = if c.is_var() {
+                    8 + VAR_CELL_GUESS
+                } else {
+                    c.cell_size()
+                };
+                value + usize::from(c.nullable)
+            })
+            .sum::<usize>()
+            .max(1);
+        let cells = (batch_bytes / row_bytes).max(1024);
+        let columns = columns
+            .iter()
+            .map(|spec| {
+                Ok(ColumnBuffers {
+                    name: c_string(&spec.name)?,
+                    data: vec![
+                        0u8;
+                        cells
+                            * if spec.is_var() {
+                                VAR_CELL_GUESS
+                            } else {
+                                spec.cell_size()
+                            }
+                    ],
+                    data_size: Box::new(0),
+                    offsets: if spec.is_var() {
+                        vec![0u64; cells + 1]
+                    } else {
+                        Vec::new()
+                    },
+                    offsets_size: Box::new(0),
+                    validity: if spec.nullable {
+                        vec![0u8; cells]
+                    } else {
+                        Vec::new()
+                    },
+                    validity_size: Box::new(0),
+                    spec: spec.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ReadQuery {
+            query,
+            columns,
+            _array: array,
+            done: false,
+            buffers_set: false,
+        })
+    }
+
+    /// Points libtiledb at every buffer and resets the sizes to the buffers' capacities.
+    fn set_buffers(&mut self) -> Result<()> {
+        let ctx = self.query.context().clone();
+        let q = self.query.as_ptr();
+        for c in &mut self.columns {
+            *c.data_size = c.data.len() as u64;
+            // SAFETY (all three calls): the buffers and boxed sizes live in `self.columns`
+            // until after the query is freed (field order), and are not resized while set.
+            tiledb_call!(
+                &ctx,
+                tiledb_query_set_data_buffer(
+                    q,
+                    c.name.as_ptr(),
+                    c.data.as_mut_ptr() as *mut c_void,
+                    &mut *c.data_size
+                )
+            )?;
+            if c.spec.is_var() {
+                *c.offsets_size = (c.offsets.len() * 8) as u64;
+                tiledb_call!(
+                    &ctx,
+                    tiledb_query_set_offsets_buffer(
+                        q,
+                        c.name.as_ptr(),
+                        c.offsets.as_mut_ptr(),
+                        &mut *c.offsets_size
+                    )
+                )?;
+            }
+            if c.spec.nullable {
+                *c.validity_size = c.validity.len() as u64;
+                tiledb_call!(
+                    &ctx,
+                    tiledb_query_set_validity_buffer(
+                        q,
+                        c.name.as_ptr(),
+                        c.validity.as_mut_ptr(),
+                        &mut *c.validity_size
+                    )
+                )?;
+            }
+        }
+        self.buffers_set = true;
+        Ok(())
+    }
+
+    /// Doubles every buffer: a batch did not fit even one cell.
+    fn grow(&mut self) -> Result<()> {
+        for c in &mut self.columns {
+            let (data, offsets, validity) = (c.data.len(), c.offsets.len(), c.validity.len());
+            if data > (1 << 31) {
+                return Err(Error::new(format!(
+                    "a single cell of {} does not fit in 2 GiB",
+                    c.spec.name
+                )));
+            }
+            c.data = vec![0u8; data * 2];
+            if offsets > 0 {
+                c.offsets = vec![0u64; offsets * 2];
+            }
+            if validity > 0 {
+                c.validity = vec![0u8; validity * 2];
+            }
+        }
+        self.buffers_set = false;
+        Ok(())
+    }
+
+    /// Reads the next batch; `None` once the query has returned everything.
+    pub fn next_batch(&mut self) -> Result<Option<Batch<'_>>> {
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            if self.buffers_set {
+                // Reset sizes to capacities for this submission.
+                for c in &mut self.columns {
+                    *c.data_size = c.data.len() as u64;
+                    *c.offsets_size = (c.offsets.len() * 8) as u64;
+                    *c.validity_size = c.validity.len() as u64;
+                }
+            } else {
+                self.set_buffers()?;
+            }
+            let ctx = self.query.context().clone();
+            tiledb_call!(&ctx, tiledb_query_submit(self.query.as_ptr()))?;
+            let mut status = 0;
+            tiledb_call!(
+                &ctx,
+                tiledb_query_get_status(self.query.as_ptr(), &mut status)
+            )?;
+            let cells = self.result_cells();
+            match status {
+                ffi::TILEDB_COMPLETED => self.done = true,
+                ffi::TILEDB_INCOMPLETE if cells == 0 => {
+                    self.grow()?;
+                    continue;
+                }
+                ffi::TILEDB_INCOMPLETE => {}
+                other => return Err(Error::new(format!("read query ended with status {other}"))),
+            }
+            if cells == 0 && self.done {
+                return Ok(None);
+            }
+            return Ok(Some(self.batch(cells)));
+        }
+    }
+
+    /// The number of cells the last submission returned.
+    fn result_cells(&self) -> usize {
+        let Some(c) = self.columns.first() else {
+            return 0;
+        };
+        if c.spec.is_var() {
+            // With the extra element, a batch of n cells has n + 1 offsets (none when empty).
+            (*c.offsets_size as usize / 8).saturating_sub(1)
+        } else {
+            *c.data_size as usize / c.spec.cell_size()
+        }
+    }
+
+    fn batch(&self, cells: usize) -> Batch<'_> {
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| ColumnData {
+                spec: &c.spec,
+                data: &c.data[..*c.data_size as usize],
+                offsets: c
+                    .spec
+                    .is_var()
+                    .then(|| &c.offsets[..(*c.offsets_size as usize / 8).max(1)]),
+                validity: c
+                    .spec
+                    .nullable
+                    .then(|| &c.validity[..*c.validity_size as usize]),
+            })
+            .collect();
+        Batch { cells, columns }
+    }
+}
+
+impl Subarray {
+    /// Adds the inclusive range `lo..=hi` on dimension `dim` of type `datatype`.
+    fn add_range(&self, dim: u32, datatype: Datatype, lo: &Value, hi: &Value) -> Result<()> {
+        let ctx = self.context();
+        match (lo, hi) {
+            (Value::Text(lo), Value::Text(hi)) => tiledb_call!(
+                ctx,
+                tiledb_subarray_add_range_var(
+                    self.as_ptr(),
+                    dim,
+                    lo.as_ptr() as *const c_void,
+                    lo.len() as u64,
+                    hi.as_ptr() as *const c_void,
+                    hi.len() as u64
+                )
+            ),
+            _ => {
+                let (lo, hi) = (lo.to_native(datatype)?, hi.to_native(datatype)?);
+                tiledb_call!(
+                    ctx,
+                    tiledb_subarray_add_range(
+                        self.as_ptr(),
+                        dim,
+                        lo.as_ptr() as *const c_void,
+                        hi.as_ptr() as *const c_void,
+                        ptr::null()
+                    )
+                )
+            }
+        }
+    }
+}
+
+impl Value {
+    /// This value as native bytes of `datatype` (for range bounds and conditions).
+    pub fn to_native(&self, datatype: Datatype) -> Result<Vec<u8>> {
+        use Datatype::*;
+        let int = |v: &Value| -> Result<i128> {
+            match v {
+                Value::Int(i) => Ok(*i as i128),
+                Value::UInt(u) => Ok(*u as i128),
+                Value::Float(f) if f.fract() == 0.0 => Ok(*f as i128),
+                Value::Bool(b) => Ok(i128::from(*b)),
+                other => Err(Error::new(format!("{other:?} is not an integer"))),
+            }
+        };
+        let float = |v: &Value| -> Result<f64> {
+            match v {
+                Value::Int(i) => Ok(*i as f64),
+                Value::UInt(u) => Ok(*u as f64),
+                Value::Float(f) => Ok(*f),
+                other => Err(Error::new(format!("{other:?} is not a number"))),
+            }
+        };
+        macro_rules! narrow {
+            ($t:ty) => {{
+                let i = int(self)?;
+                <$t>::try_from(i)
+                    .map(|x| x.to_ne_bytes().to_vec())
+                    .map_err(|_| Error::new(format!("{i} is out of range for {datatype:?}")))
+            }};
+        }
+        match datatype {
+            Int8 => narrow!(i8),
+            Int16 => narrow!(i16),
+            Int32 => narrow!(i32),
+            Int64 | DateTime(_) | Time(_) => narrow!(i64),
+            UInt8 | Bool => narrow!(u8),
+            UInt16 => narrow!(u16),
+            UInt32 => narrow!(u32),
+            UInt64 => narrow!(u64),
+            Float32 => Ok((float(self)? as f32).to_ne_bytes().to_vec()),
+            Float64 => Ok(float(self)?.to_ne_bytes().to_vec()),
+            _ => match self {
+                Value::Text(s) => Ok(s.as_bytes().to_vec()),
+                Value::Bytes(b) => Ok(b.clone()),
+                other => Err(Error::new(format!("{other:?} does not fit {datatype:?}"))),
+            },
+        }
+    }
+}
+
+impl QueryCondition {
+    /// `name == value` (`value` in the attribute's native bytes; `None` matches nulls). On an
+    /// enumerated attribute the value is a label.
+    pub fn equals(array: &Array, name: &str, value: Option<&[u8]>) -> Result<QueryCondition> {
+        let ctx = array.context();
+        let mut raw = ptr::null_mut();
+        tiledb_call!(ctx, tiledb_query_condition_alloc(&mut raw))?;
+        let condition = QueryCondition::from_raw(ctx, raw)?;
+        let c_name = c_string(name)?;
+        let (ptr, len) = match value {
+            Some(v) => (v.as_ptr() as *const c_void, v.len() as u64),
+            None => (ptr::null(), 0),
+        };
+        tiledb_call!(
+            ctx,
+            tiledb_query_condition_init(
+                condition.as_ptr(),
+                c_name.as_ptr(),
+                ptr,
+                len,
+                ffi::TILEDB_EQ
+            )
+        )?;
+        Ok(condition)
+    }
+}
