@@ -3,13 +3,22 @@
 
 Usage: python scripts/make-fixtures.py [OUTDIR]      (default: fixtures/)
 
-Removes OUTDIR and rewrites it with three stores, all written with tiledbsoma
+Removes OUTDIR and rewrites it with four stores, all written with tiledbsoma
 (the reference implementation), plus tiledb-py where tiledbsoma refuses:
 
   OUTDIR/pbmc   scanpy's bundled pbmc68k_reduced, via tiledbsoma.io.from_anndata
   OUTDIR/hand   a hand-built SOMAExperiment full of edge cases (see build_hand)
   OUTDIR/scene  a spatial SOMAScene: PointCloudDataFrame in obsl, 2-level
                 MultiscaleImage in img, with transforms registered
+  OUTDIR/big    a SOMACollection with one SparseNDArray "X", 200000 x 2000 float32,
+                ~3M stored cells (a data.csv of tens of MB) for the whole-file tool tests
+
+hand/edge holds the data-file edge cases (see build_edge): all_types (every column
+type tiledbsoma supports, all nullable with nulls, NaN/+-inf in float32 and float64,
+strings with commas, quotes, tabs, LF, CR LF, unicode and empty strings, enumerations
+with nulls, extreme integers and timestamps), empty_df (zero rows), empty_sparse (zero
+cells), string_index (string + float index columns), dense_3d_f32 (4x5x6 float32, fully
+written), dense_bool, sparse_u64, sparse_f64.
 
 Deterministic (seeded RNG, fixed values; only libtiledb's timestamps/UUIDs in
 file names differ between runs) and fast (~10 s).
@@ -457,6 +466,11 @@ def build_hand(uri, rng):
         tiledbsoma.Collection.create(os.path.join(uri, "rel_target")).close()
         tiledbsoma.Collection.create(os.path.join(uri, "gone_target")).close()
 
+    # Data-file edge cases (every column type, nulls, NaN/inf, quoting, empty arrays,
+    # 3-D dense): a collection of arrays under "edge".
+    build_edge(os.path.join(uri, "edge"), np.random.default_rng(SEED + 3))
+    add_member(uri, "edge", "edge", relative=True)
+
     # Names with spaces / unicode / '%' (valid file names: shown verbatim).
     for name, sub in UNICODE_NAMES.items():
         sub_uri = os.path.join(uri, sub)
@@ -492,6 +506,285 @@ def build_hand(uri, rng):
     # The public numpy path of tiledb-py on a SparseNDArray too.
     with tiledb.open(os.path.join(uri, "ms", "RNA", "X", "data"), "w") as A:
         A.meta["units"] = "counts"
+
+
+# --------------------------------------------------------------------------------------
+# hand/edge: value-formatting edge cases for the data files (data.csv, .tsv, .jsonl,
+# .parquet, .npy)
+
+# Strings that need CSV/TSV quoting or JSON escaping, plus look-alikes of special tokens.
+EDGE_STRINGS = [
+    "plain",
+    "",  # empty string: CSV `""`, distinct from a null (empty field)
+    "comma, inside",
+    'quote " inside',
+    '"starts with a quote',
+    "tab\tinside",
+    "line\nfeed",
+    "crlf\r\nline",
+    "lone\rcr",
+    "  leading and trailing spaces  ",
+    "unicode: é ß 細胞 🧬 \u00a0nbsp",
+    "back\\slash and /slash",
+    "NaN",
+    "null",
+    "true",
+    "-inf",
+    'all of them: ,"\t\n\r\n é',
+    "\u2028 line separator \u2029 paragraph separator",
+    "control \x01\x1f chars",
+    "#hash, 'single' quotes",
+]
+
+F32_SPECIALS = [
+    np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.5, 0.1, 1e16, 1e-7, 3.4028235e38, -3.4028235e38,
+    1e-45, 1.1754944e-38, 16777216.0, 16777217.0, 123456.79, 2.5e-5, 100.0, 1e10,
+]
+F64_SPECIALS = [
+    np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -1.5, 0.1, 1e16, 1e-7, 1.7976931348623157e308, -1e300,
+    5e-324, 2.2250738585072014e-308, 9007199254740993.0, 1e22, 123456789012345680.0, 0.30000000000000004,
+    1e21, 1e-5,
+]
+
+
+def build_edge_df(uri, n=40):
+    """A DataFrame with every column type tiledbsoma supports, every one nullable
+    (except the index) and holding nulls, plus extreme and special values."""
+    schema = pa.schema(
+        [
+            pa.field("soma_joinid", pa.int64(), nullable=False),
+            pa.field("i8", pa.int8()),
+            pa.field("i16", pa.int16()),
+            pa.field("i32", pa.int32()),
+            pa.field("i64", pa.int64()),
+            pa.field("u8", pa.uint8()),
+            pa.field("u16", pa.uint16()),
+            pa.field("u32", pa.uint32()),
+            pa.field("u64", pa.uint64()),
+            pa.field("f32", pa.float32()),
+            pa.field("f64", pa.float64()),
+            pa.field("flag", pa.bool_()),
+            pa.field("s", pa.string()),
+            pa.field("ls", pa.large_string()),
+            pa.field("b", pa.binary()),
+            pa.field("lb", pa.large_binary()),
+            pa.field("t_s", pa.timestamp("s")),
+            pa.field("t_ms", pa.timestamp("ms")),
+            pa.field("t_us", pa.timestamp("us")),
+            pa.field("t_ns", pa.timestamp("ns")),
+            pa.field("e_str", pa.dictionary(pa.int8(), pa.string())),
+            pa.field("e_int", pa.dictionary(pa.int16(), pa.int64())),
+            pa.field("e_f32", pa.dictionary(pa.int32(), pa.float32())),
+            pa.field("e_bool", pa.dictionary(pa.int8(), pa.bool_())),
+            pa.field("e_u8", pa.dictionary(pa.uint8(), pa.uint8(), ordered=True)),
+            # Non-nullable columns next to the nullable ones.
+            pa.field("s_nn", pa.large_string(), nullable=False),
+            pa.field("f32_nn", pa.float32(), nullable=False),
+        ]
+    )
+
+    def cyc(values, k):
+        return [values[(i * k) % len(values)] for i in range(n)]
+
+    def nulls_at(values, every, offset):
+        return [None if i % every == offset else v for i, v in enumerate(values)]
+
+    def ints(dtype):
+        info = np.iinfo(dtype)
+        pool = [int(info.min), int(info.max), 0, 1, -1 if info.min < 0 else 2, int(info.max) - 1, 42, int(info.min) + 1]
+        return nulls_at(cyc(pool, 1), 5, 2)
+
+    strings = EDGE_STRINGS
+    t_s = [0, -1, 1_700_000_000, 253_402_300_799, -2_208_988_800, 951_782_400, 86_399]  # 9999-12-31, 1900, 2000-02-29
+    t_ms = [0, -1, 1_700_000_000_123, 253_402_300_799_999, -1_001, 951_782_400_010]
+    t_us = [0, -1, 1_700_000_000_123_456, 253_402_300_799_999_999, -1_000_001, 951_782_400_000_010]
+    t_ns = [0, -1, 1_700_000_000_123_456_789, 9_223_372_036_854_775_807, -1_000_000_001, 951_782_400_000_000_010]
+    e_str_labels = ["alpha", "", "comma, label", 'quote "label"', "new\nline", "細胞", "tab\tlabel"]
+    e_int_labels = [-(2**63), 2**63 - 1, 0, 7]
+    e_f32_labels = [0.5, -0.25, 1e-7, 3.4028235e38, 0.1]
+    e_u8_labels = [255, 0, 128]
+
+    def enum(labels, idx_type, value_type, every, offset, k=1, ordered=False):
+        idx = nulls_at(cyc(list(range(len(labels))), k), every, offset)
+        return pa.DictionaryArray.from_arrays(
+            pa.array(idx, idx_type), pa.array(labels, value_type), ordered=ordered
+        )
+
+    cols = {
+        "soma_joinid": pa.array(np.arange(n, dtype=np.int64)),
+        "i8": pa.array(ints(np.int8), pa.int8()),
+        "i16": pa.array(ints(np.int16), pa.int16()),
+        "i32": pa.array(ints(np.int32), pa.int32()),
+        "i64": pa.array(ints(np.int64), pa.int64()),
+        "u8": pa.array(ints(np.uint8), pa.uint8()),
+        "u16": pa.array(ints(np.uint16), pa.uint16()),
+        "u32": pa.array(ints(np.uint32), pa.uint32()),
+        "u64": pa.array(ints(np.uint64), pa.uint64()),
+        "f32": pa.array(nulls_at(cyc(F32_SPECIALS, 1), 7, 3), pa.float32()),
+        "f64": pa.array(nulls_at(cyc(F64_SPECIALS, 1), 7, 4), pa.float64()),
+        "flag": pa.array(nulls_at([i % 2 == 0 for i in range(n)], 3, 1), pa.bool_()),
+        "s": pa.array(nulls_at(cyc(strings, 1), 6, 5), pa.string()),
+        "ls": pa.array(nulls_at(cyc(strings, 3), 6, 0), pa.large_string()),
+        "b": pa.array(nulls_at(cyc([b"", b"\x00", b"\xff\xfe,\"\n", b"abc", bytes(range(16))], 1), 4, 3), pa.binary()),
+        "lb": pa.array(nulls_at(cyc([b"\x00\x01", b"", b"\xde\xad\xbe\xef"], 1), 4, 0), pa.large_binary()),
+        "t_s": pa.array(nulls_at(cyc(t_s, 1), 5, 4), pa.timestamp("s")),
+        "t_ms": pa.array(nulls_at(cyc(t_ms, 1), 5, 3), pa.timestamp("ms")),
+        "t_us": pa.array(nulls_at(cyc(t_us, 1), 5, 1), pa.timestamp("us")),
+        "t_ns": pa.array(nulls_at(cyc(t_ns, 1), 5, 0), pa.timestamp("ns")),
+        "e_str": enum(e_str_labels, pa.int8(), pa.string(), 4, 1),
+        "e_int": enum(e_int_labels, pa.int16(), pa.int64(), 5, 2),
+        "e_f32": enum(e_f32_labels, pa.int32(), pa.float32(), 6, 3),
+        "e_bool": enum([True, False], pa.int8(), pa.bool_(), 3, 2),
+        "e_u8": enum(e_u8_labels, pa.uint8(), pa.uint8(), 7, 6, ordered=True),
+        "s_nn": pa.array(cyc(strings, 7), pa.large_string()),
+        "f32_nn": pa.array(cyc(F32_SPECIALS, 3), pa.float32()),
+    }
+    tbl = pa.Table.from_pydict(cols, schema=schema)
+    with tiledbsoma.DataFrame.create(uri, schema=schema, index_column_names=["soma_joinid"], domain=[[0, n - 1]]) as df:
+        df.write(tbl)
+
+
+def build_empty_df(uri):
+    """A DataFrame with a schema (enumeration, strings, floats) and zero rows."""
+    schema = pa.schema(
+        [
+            pa.field("soma_joinid", pa.int64(), nullable=False),
+            pa.field("name", pa.large_string()),
+            pa.field("value", pa.float64()),
+            pa.field("kind", pa.dictionary(pa.int8(), pa.string())),
+        ]
+    )
+    tiledbsoma.DataFrame.create(uri, schema=schema, index_column_names=["soma_joinid"], domain=[[0, 9]]).close()
+
+
+def build_string_index_df(uri):
+    """A DataFrame indexed by a string column (TileDB ASCII dimension) whose keys need
+    quoting, with a float index second: rows sort by (key, x)."""
+    keys = ["b", "a,c", 'q"x', "a", "", "z z", "A", "a\tb"]
+    schema = pa.schema(
+        [
+            pa.field("key", pa.large_string(), nullable=False),
+            pa.field("x", pa.float64(), nullable=False),
+            pa.field("soma_joinid", pa.int64(), nullable=False),
+            pa.field("v", pa.int32()),
+        ]
+    )
+    n = len(keys) * 2
+    tbl = pa.Table.from_pydict(
+        {
+            "key": pa.array([keys[i % len(keys)] for i in range(n)], pa.large_string()),
+            "x": pa.array([(-1.0) ** i * (i / 8) for i in range(n)], pa.float64()),
+            "soma_joinid": pa.array(np.arange(n, dtype=np.int64)),
+            "v": pa.array([None if i % 3 == 0 else i * 1000 - 5000 for i in range(n)], pa.int32()),
+        },
+        schema=schema,
+    )
+    with tiledbsoma.DataFrame.create(
+        uri, schema=schema, index_column_names=["key", "x"], domain=[None, (-10.0, 10.0)]
+    ) as df:
+        df.write(tbl)
+
+
+def build_edge(uri, rng):
+    """hand/edge: a collection of arrays that exercise the data-file encoders."""
+    with tiledbsoma.Collection.create(uri) as c:
+        c.metadata["purpose"] = "value formatting edge cases"
+
+    def link(name):
+        with tiledbsoma.open(uri, "w") as c:
+            c.set(name, tiledbsoma.open(os.path.join(uri, name)), use_relative_uri=True)
+
+    build_edge_df(os.path.join(uri, "all_types"))
+    link("all_types")
+    build_empty_df(os.path.join(uri, "empty_df"))
+    link("empty_df")
+    build_string_index_df(os.path.join(uri, "string_index"))
+    link("string_index")
+
+    # A SparseNDArray with zero stored cells.
+    tiledbsoma.SparseNDArray.create(os.path.join(uri, "empty_sparse"), type=pa.float64(), shape=(10, 20)).close()
+    link("empty_sparse")
+
+    # A 3-D DenseNDArray, fully written, with NaN and infinities among its values.
+    shape = (4, 5, 6)
+    vals = rng.normal(size=shape).astype(np.float32)
+    vals[0, 0, 0], vals[1, 2, 3], vals[3, 4, 5], vals[2, 0, 1] = np.nan, np.inf, -np.inf, -0.0
+    vals[0, 1, 2] = np.float32(1e-45)
+    with tiledbsoma.DenseNDArray.create(os.path.join(uri, "dense_3d_f32"), type=pa.float32(), shape=shape) as a:
+        a.write(tuple(slice(0, s - 1) for s in shape), pa.Tensor.from_numpy(vals))
+    link("dense_3d_f32")
+
+    # A bool DenseNDArray (data.npy with dtype bool).
+    bshape = (3, 7)
+    with tiledbsoma.DenseNDArray.create(os.path.join(uri, "dense_bool"), type=pa.bool_(), shape=bshape) as a:
+        a.write(
+            tuple(slice(0, s - 1) for s in bshape),
+            pa.Tensor.from_numpy(rng.integers(0, 2, size=bshape).astype(np.bool_)),
+        )
+    link("dense_bool")
+
+    # Sparse arrays of the other value types: uint64 (values above 2**63) and float64
+    # with NaN/inf.
+    coords = np.array([0, 1, 3, 7], dtype=np.int64)
+    with tiledbsoma.SparseNDArray.create(os.path.join(uri, "sparse_u64"), type=pa.uint64(), shape=(8,)) as a:
+        a.write(
+            pa.Table.from_pydict(
+                {
+                    "soma_dim_0": pa.array(coords),
+                    "soma_data": pa.array([0, 2**63, 2**64 - 1, 12345678901234567890], pa.uint64()),
+                }
+            )
+        )
+    link("sparse_u64")
+    with tiledbsoma.SparseNDArray.create(os.path.join(uri, "sparse_f64"), type=pa.float64(), shape=(5, 4)) as a:
+        a.write(
+            pa.Table.from_pydict(
+                {
+                    "soma_dim_0": pa.array([4, 0, 2, 0, 3, 1], pa.int64()),
+                    "soma_dim_1": pa.array([3, 1, 2, 0, 0, 3], pa.int64()),
+                    "soma_data": pa.array([np.nan, np.inf, -np.inf, -0.0, 5e-324, 1e16], pa.float64()),
+                }
+            )
+        )
+    link("sparse_f64")
+
+
+# --------------------------------------------------------------------------------------
+# big: a multi-million-cell SparseNDArray (multi-megabyte data.csv) for the tool tests
+
+BIG_SHAPE = (200_000, 2_000)
+BIG_PER_ROW = 16  # draws per row before de-duplication: ~3.2M stored cells
+
+
+def big_cells(seed=SEED + 2):
+    """(rows, cols, values) of big/X, sorted row-major. float32 counts-like values,
+    about a fifth of them non-integers."""
+    rng = np.random.default_rng(seed)
+    nr, nc = BIG_SHAPE
+    cols = np.sort(rng.integers(0, nc, size=(nr, BIG_PER_ROW), dtype=np.int64), axis=1)
+    keep = np.ones_like(cols, dtype=bool)
+    keep[:, 1:] = cols[:, 1:] != cols[:, :-1]
+    rows = np.broadcast_to(np.arange(nr, dtype=np.int64)[:, None], cols.shape)[keep]
+    cols = cols[keep]
+    vals = (rng.poisson(2.0, size=len(cols)) + 1).astype(np.float32)
+    frac = rng.random(len(cols)) < 0.2
+    vals[frac] = (vals[frac] * rng.random(int(frac.sum()))).astype(np.float32)
+    return rows, cols, vals
+
+
+def build_big(uri):
+    with tiledbsoma.Collection.create(uri) as c:
+        c.metadata["purpose"] = "a multi-million-cell SparseNDArray for whole-file tool tests"
+    rows, cols, vals = big_cells()
+    x_uri = os.path.join(uri, "X")
+    with tiledbsoma.SparseNDArray.create(x_uri, type=pa.float32(), shape=BIG_SHAPE) as a:
+        a.write(
+            pa.Table.from_pydict(
+                {"soma_dim_0": pa.array(rows), "soma_dim_1": pa.array(cols), "soma_data": pa.array(vals)}
+            )
+        )
+    with tiledbsoma.open(uri, "w") as c:
+        c.set("X", tiledbsoma.open(x_uri), use_relative_uri=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -612,7 +905,8 @@ def main(argv):
     build_hand(os.path.join(outdir, "hand"), rng)
     build_scene(os.path.join(outdir, "scene"), np.random.default_rng(SEED + 1))
     build_pbmc(os.path.join(outdir, "pbmc"))
-    for store in ("hand", "scene", "pbmc"):
+    build_big(os.path.join(outdir, "big"))
+    for store in ("hand", "scene", "pbmc", "big"):
         verify(os.path.join(outdir, store))
     # Lets tests/python/conftest.py rebuild fixtures made by an older version of this script.
     with open(__file__, "rb") as f:

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use log::{error, warn};
 
 use crate::format::{self, json, npy, TableFormat};
-use crate::soma::{ArrayObject, BatchReader, Selection, SomaObject, Store, BATCH_BYTES};
+use crate::soma::{ArrayObject, BatchReader, Prefetch, Selection, SomaObject, Store, BATCH_BYTES};
 
 use super::cache::{CacheKey, ContentCache};
 use super::names::file_name;
@@ -305,8 +305,9 @@ impl Tree {
             || self.data.exact_sizes
             || estimate < self.data.materialize_limit;
         let what = format!("{}/data.{}", array.uri, format.extension());
-        let mut reader = BatchReader::open(&self.store, array, selection, BATCH_BYTES)
+        let reader = BatchReader::open(&self.store, array, selection, BATCH_BYTES)
             .map_err(|e| io_error(&what, e))?;
+        let mut reader = Prefetch::start(reader).map_err(|e| io_error(&what, e))?;
         let schema = reader.schema();
         let mut next_batch = move || reader.next_batch().map_err(io::Error::other);
         if !whole {

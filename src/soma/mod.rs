@@ -10,5 +10,5 @@ mod reader;
 mod schema;
 
 pub use object::{ArrayObject, GroupObject, SomaObject, SomaType, Store};
-pub use reader::{BatchReader, Selection, BATCH_BYTES};
+pub use reader::{BatchReader, Prefetch, Selection, BATCH_BYTES};
 pub use schema::{arrow_type, Column, SomaSchema};

@@ -1,9 +1,22 @@
 //! Readers that stream Arrow record batches out of TileDB read queries: a slice of an array
 //! (ranges on its index columns, optionally a filter on a value column), its columns in
 //! schema order, rows sorted by the index columns.
+//!
+//! Sorting is where the time goes: libtiledb's row-major sparse reader is many times slower
+//! than its global-order reader. So when an array's tiles and cells are both in row-major
+//! order and its index columns are integers (every SOMA ND array, and data frames indexed by
+//! `soma_joinid`), the reader reads in global order and sorts one band of tiles (one tile
+//! extent of the first dimension) at a time: within a band, cells with the same leading
+//! coordinates arrive in increasing order of the last, so a stable sort on the leading
+//! coordinates of an almost-sorted band is all it takes. Anything else is read row-major.
 
+use std::collections::VecDeque;
+use std::sync::mpsc;
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::UInt32Array;
 use arrow_array::{
     make_array, new_empty_array, Array as _, ArrayRef, BooleanArray, LargeBinaryArray,
     LargeStringArray, RecordBatch,
@@ -12,7 +25,8 @@ use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer
 use arrow_schema::{DataType, SchemaRef};
 
 use crate::tiledb::{
-    self, Array, ColumnData, ColumnSpec, EnumerationInfo, Layout, QueryCondition, ReadQuery, Value,
+    self, Array, ColumnData, ColumnSpec, EnumerationInfo, Layout, Order, QueryCondition, ReadQuery,
+    Value,
 };
 
 use super::object::ArrayObject;
@@ -31,31 +45,125 @@ pub struct Selection {
 /// Bytes per batch: the memory one reader holds in TileDB buffers at a time.
 pub const BATCH_BYTES: usize = 16 << 20;
 
-/// A stream of record batches from one read query.
+/// A stream of record batches: one read query, or for band-sorted reads a sequence of
+/// queries over consecutive runs of bands of the first dimension (the first run is one band,
+/// so the first rows come at once; later runs hold about `CELLS_PER_QUERY` cells).
 pub struct BatchReader {
-    query: ReadQuery,
+    array: Arc<Array>,
+    specs: Vec<ColumnSpec>,
+    layout: Layout,
+    /// Ranges per index column; the first is replaced by each run's range.
+    ranges: Vec<Vec<(Value, Value)>>,
+    condition: Option<QueryCondition>,
+    batch_bytes: usize,
+    /// About this many cells come from one query (sizes its first batch); for runs, per band.
+    expected_cells: u64,
+    /// The runs of the first dimension still to read (inclusive), when reading in runs.
+    runs: VecDeque<(i128, i128)>,
+    query: Option<ReadQuery>,
     schema: SchemaRef,
     columns: Vec<Column>,
     /// Per enumerated column, its labels as an Arrow array (shared by every batch).
     labels: Vec<Option<ArrayRef>>,
+    /// For global-order reads that need it: the band sorter.
+    bands: Option<BandSorter>,
+    /// Sorted batches ready to hand out.
+    ready: VecDeque<RecordBatch>,
+}
+
+/// Cells a query of a band-sorted read aims for (its runs of bands are sized to it).
+const CELLS_PER_QUERY: u64 = 4 << 20;
+
+/// How a reader gets rows sorted by the index columns.
+enum Plan {
+    /// libtiledb returns them sorted in this layout.
+    Sorted(Layout),
+    /// Global order, sorted band by band.
+    Bands { extent: i128, lo: i128 },
 }
 
 fn tiledb_err(e: impl std::fmt::Display) -> tiledb::Error {
     tiledb::Error::new(e.to_string())
 }
 
+fn as_int(v: &Value) -> Option<i128> {
+    match v {
+        Value::Int(i) => Some(i128::from(*i)),
+        Value::UInt(u) => Some(i128::from(*u)),
+        _ => None,
+    }
+}
+
+/// Chooses how to read `array` sorted (see the module's notes).
+fn plan(array: &ArrayObject) -> Plan {
+    let schema = &array.schema;
+    if schema.dense {
+        return Plan::Sorted(Layout::RowMajor);
+    }
+    let index: Vec<&Column> = schema.index_columns().collect();
+    let row_major = schema.tile_order == Order::RowMajor && schema.cell_order == Order::RowMajor;
+    if !row_major || !index.iter().all(|c| c.arrow_type.is_integer()) {
+        return Plan::Sorted(Layout::RowMajor);
+    }
+    if index.len() == 1 {
+        // One dimension: global order is sorted order.
+        return Plan::Sorted(Layout::GlobalOrder);
+    }
+    if !index.iter().all(|c| c.arrow_type == DataType::Int64) {
+        return Plan::Sorted(Layout::RowMajor);
+    }
+    let first = index[0];
+    let extent = first.tile_extent.as_ref().and_then(as_int);
+    let lo = first
+        .domain
+        .as_ref()
+        .and_then(|(lo, _)| as_int(lo))
+        .unwrap_or(0);
+    match extent {
+        Some(extent) if extent > 0 => Plan::Bands { extent, lo },
+        _ => Plan::Sorted(Layout::RowMajor),
+    }
+}
+
+/// The runs of bands a band-sorted read of `range` (inclusive, on the first dimension) goes
+/// through: the first is one band, then runs of about `CELLS_PER_QUERY` cells.
+fn band_runs(
+    range: (i128, i128),
+    extent: i128,
+    lo: i128,
+    cells_per_band: u64,
+) -> VecDeque<(i128, i128)> {
+    let bands_per_run = (CELLS_PER_QUERY / cells_per_band.max(1)).clamp(1, 1 << 20) as i128;
+    let mut runs = VecDeque::new();
+    let mut start = range.0;
+    let mut bands = 1;
+    while start <= range.1 {
+        let band = (start - lo).div_euclid(extent);
+        let end = (lo + (band + bands) * extent - 1).min(range.1);
+        runs.push_back((start, end));
+        start = end + 1;
+        bands = bands_per_run;
+    }
+    runs
+}
+
 impl BatchReader {
-    /// Starts reading `selection` of `array`, as of the store's timestamp.
+    /// Starts reading `selection` of `array`, as of the array's snapshot.
     pub fn open(
         store: &Store,
         array: &ArrayObject,
         selection: &Selection,
         batch_bytes: usize,
     ) -> tiledb::Result<BatchReader> {
-        let handle = Array::open(store.context(), &array.uri, array.read_timestamp_ms)?;
+        let handle = Arc::new(Array::open(
+            store.context(),
+            &array.uri,
+            array.read_timestamp_ms,
+        )?);
         let columns = array.schema.columns.clone();
+        let index_columns = array.schema.index_columns().count();
         let mut ranges: Vec<Vec<(Value, Value)>> = selection.ranges.clone();
-        ranges.resize(array.schema.index_columns().count(), Vec::new());
+        ranges.resize(index_columns, Vec::new());
         if array.schema.dense {
             // Dense reads need a subarray: default to the current domain.
             for (r, c) in ranges.iter_mut().zip(array.schema.index_columns()) {
@@ -83,24 +191,92 @@ impl BatchReader {
                 nullable: c.nullable,
             })
             .collect();
-        let query = ReadQuery::new(
-            handle,
-            Layout::RowMajor,
-            &ranges,
-            &specs,
-            condition.as_ref(),
-            batch_bytes,
-        )?;
+        let plan = plan(array);
+        let mut runs = VecDeque::new();
+        let mut expected_cells = array.stored_cells();
+        let (layout, bands) = match plan {
+            Plan::Sorted(layout) => (layout, None),
+            Plan::Bands { extent, lo } => {
+                // Read in runs of bands across what is stored (and selected) on dimension 0.
+                let stored = array.non_empty_domain.first().cloned().flatten();
+                let stored = stored.and_then(|(a, b)| Some((as_int(&a)?, as_int(&b)?)));
+                let selected = match ranges[0].as_slice() {
+                    [] => stored,
+                    [(a, b)] => match (stored, as_int(a), as_int(b)) {
+                        (Some(s), Some(a), Some(b)) => Some((s.0.max(a), s.1.min(b))),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                if let Some(range) = selected.filter(|r| r.0 <= r.1) {
+                    let stored_bands = stored.map_or(1, |s| ((s.1 - s.0) / extent + 1) as u64);
+                    let cells_per_band = array.stored_cells() / stored_bands.max(1);
+                    runs = band_runs(range, extent, lo, cells_per_band);
+                    expected_cells = cells_per_band;
+                } else if ranges[0].len() <= 1 {
+                    // Nothing stored in the selected range: an empty read.
+                    runs.push_back((1, 0));
+                }
+                let sorter = BandSorter {
+                    extent: extent as i64,
+                    lo: lo as i64,
+                    key_columns: index_columns - 1,
+                    band: None,
+                    pending: Vec::new(),
+                };
+                (Layout::GlobalOrder, Some(sorter))
+            }
+        };
         let labels = columns
             .iter()
             .map(|c| c.enumeration.as_ref().map(labels_array).transpose())
             .collect::<tiledb::Result<Vec<_>>>()?;
-        Ok(BatchReader {
-            query,
+        let mut reader = BatchReader {
+            array: handle,
+            specs,
+            layout,
+            ranges,
+            condition,
+            batch_bytes,
+            expected_cells,
+            runs,
+            query: None,
             schema: array.schema.arrow(),
             columns,
             labels,
-        })
+            bands,
+            ready: VecDeque::new(),
+        };
+        if reader.runs.is_empty() {
+            reader.query = Some(reader.new_query(None)?);
+        }
+        Ok(reader)
+    }
+
+    /// A query over the reader's ranges, with dimension 0 narrowed to `run` when given.
+    fn new_query(&self, run: Option<(i128, i128)>) -> tiledb::Result<ReadQuery> {
+        let mut ranges = self.ranges.clone();
+        let mut expected_cells = self.expected_cells;
+        if let Some((lo, hi)) = run {
+            if let Some(bands) = &self.bands {
+                let run_bands = ((hi - lo) / i128::from(bands.extent) + 1) as u64;
+                expected_cells = expected_cells.saturating_mul(run_bands);
+            }
+            let bound = |v: i128| match self.columns[0].arrow_type {
+                DataType::UInt64 => Value::UInt(v as u64),
+                _ => Value::Int(v as i64),
+            };
+            ranges[0] = vec![(bound(lo), bound(hi))];
+        }
+        ReadQuery::new(
+            self.array.clone(),
+            self.layout,
+            &ranges,
+            &self.specs,
+            self.condition.as_ref(),
+            self.batch_bytes,
+            expected_cells,
+        )
     }
 
     pub fn schema(&self) -> SchemaRef {
@@ -109,19 +285,215 @@ impl BatchReader {
 
     /// The next batch of rows, `None` at the end.
     pub fn next_batch(&mut self) -> tiledb::Result<Option<RecordBatch>> {
-        let Some(batch) = self.query.next_batch()? else {
-            return Ok(None);
+        loop {
+            if let Some(batch) = self.ready.pop_front() {
+                return Ok(Some(batch));
+            }
+            let step = self.next_query_batch()?;
+            let Some(bands) = &mut self.bands else {
+                return Ok(match step {
+                    Step::Batch(batch) => Some(batch),
+                    Step::RunEnd => continue,
+                    Step::End => None,
+                });
+            };
+            match step {
+                Step::Batch(batch) => bands.push(&batch, &mut self.ready)?,
+                // Runs hold whole bands: the band read last is complete.
+                Step::RunEnd => bands.finish_band(&mut self.ready)?,
+                Step::End => {
+                    bands.finish_band(&mut self.ready)?;
+                    return Ok(self.ready.pop_front());
+                }
+            }
+        }
+    }
+
+    /// The next batch as libtiledb returns it, moving on to the next run when a query ends.
+    fn next_query_batch(&mut self) -> tiledb::Result<Step> {
+        if self.query.is_none() {
+            match self.runs.pop_front() {
+                Some(run) if run.0 <= run.1 => self.query = Some(self.new_query(Some(run))?),
+                _ => return Ok(Step::End),
+            }
+        }
+        let query = self.query.as_mut().expect("a query was just made");
+        let Some(batch) = query.next_batch()? else {
+            self.query = None;
+            return Ok(if self.runs.is_empty() {
+                Step::End
+            } else {
+                Step::RunEnd
+            });
         };
-        let arrays = self
-            .columns
-            .iter()
-            .zip(&batch.columns)
-            .zip(&self.labels)
-            .map(|((column, data), labels)| to_arrow(column, data, batch.cells, labels.as_ref()))
-            .collect::<tiledb::Result<Vec<_>>>()?;
-        RecordBatch::try_new(self.schema.clone(), arrays)
-            .map(Some)
-            .map_err(tiledb_err)
+        {
+            let arrays = self
+                .columns
+                .iter()
+                .zip(&batch.columns)
+                .zip(&self.labels)
+                .map(|((column, data), labels)| {
+                    to_arrow(column, data, batch.cells, labels.as_ref())
+                })
+                .collect::<tiledb::Result<Vec<_>>>()?;
+            RecordBatch::try_new(self.schema.clone(), arrays)
+                .map(Step::Batch)
+                .map_err(tiledb_err)
+        }
+    }
+}
+
+/// What one step of reading gave.
+enum Step {
+    Batch(RecordBatch),
+    /// A run's query has returned everything.
+    RunEnd,
+    End,
+}
+
+/// Sorts a global-order read band by band (see the module's notes).
+struct BandSorter {
+    extent: i64,
+    lo: i64,
+    /// The leading index columns to sort on: all but the last.
+    key_columns: usize,
+    band: Option<i64>,
+    pending: Vec<RecordBatch>,
+}
+
+/// The values of an int64 index column (band-sorted reads have only those).
+fn int64_values(array: &ArrayRef) -> tiledb::Result<&[i64]> {
+    array
+        .as_primitive_opt::<Int64Type>()
+        .map(|a| a.values().as_ref())
+        .ok_or_else(|| tiledb::Error::new("band-sorted reads need int64 index columns"))
+}
+
+impl BandSorter {
+    /// Takes a batch in global order; every band it completes goes sorted to `ready`.
+    fn push(
+        &mut self,
+        batch: &RecordBatch,
+        ready: &mut VecDeque<RecordBatch>,
+    ) -> tiledb::Result<()> {
+        let first = int64_values(batch.column(0))?;
+        let mut start = 0;
+        while start < first.len() {
+            let band = (first[start] - self.lo).div_euclid(self.extent);
+            if self.band != Some(band) {
+                self.finish_band(ready)?;
+                self.band = Some(band);
+            }
+            // Bands never decrease in global order: the band ends where values reach the next.
+            let next_band_lo = self.lo + (band + 1) * self.extent;
+            let end = start + first[start..].partition_point(|&v| v < next_band_lo);
+            self.pending.push(batch.slice(start, end - start));
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Sorts the band held so far into `ready`.
+    fn finish_band(&mut self, ready: &mut VecDeque<RecordBatch>) -> tiledb::Result<()> {
+        let Some(band) = self.band.take() else {
+            return Ok(());
+        };
+        let schema = self.pending[0].schema();
+        let rows =
+            arrow_select::concat::concat_batches(&schema, &self.pending).map_err(tiledb_err)?;
+        self.pending.clear();
+        let order = if self.key_columns == 1 {
+            // Two dimensions: a counting sort on the first coordinate's place in the band.
+            let band_lo = self.lo + band * self.extent;
+            let places: Vec<usize> = int64_values(rows.column(0))?
+                .iter()
+                .map(|&v| (v - band_lo) as usize)
+                .collect();
+            counting_sort(&places, self.extent as usize)
+        } else {
+            let keys = (0..self.key_columns)
+                .map(|i| int64_values(rows.column(i)))
+                .collect::<tiledb::Result<Vec<_>>>()?;
+            let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
+            // Stable: cells with equal leading coordinates keep their (sorted) arrival order.
+            order.sort_by(|&a, &b| {
+                keys.iter()
+                    .map(|k| k[a as usize].cmp(&k[b as usize]))
+                    .find(|o| o.is_ne())
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            });
+            order
+        };
+        if order.windows(2).all(|w| w[0] < w[1]) {
+            ready.push_back(rows);
+        } else {
+            let sorted = arrow_select::take::take_record_batch(&rows, &UInt32Array::from(order))
+                .map_err(tiledb_err)?;
+            ready.push_back(sorted);
+        }
+        Ok(())
+    }
+}
+
+/// The stable order that sorts `places` (each below `buckets`), by counting.
+fn counting_sort(places: &[usize], buckets: usize) -> Vec<u32> {
+    if buckets > 1 << 24 {
+        let mut order: Vec<u32> = (0..places.len() as u32).collect();
+        order.sort_by_key(|&i| places[i as usize]);
+        return order;
+    }
+    let mut starts = vec![0u32; buckets + 1];
+    for &p in places {
+        starts[p + 1] += 1;
+    }
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let mut order = vec![0u32; places.len()];
+    for (i, &p) in places.iter().enumerate() {
+        order[starts[p] as usize] = i as u32;
+        starts[p] += 1;
+    }
+    order
+}
+
+/// A reader running on its own thread, one batch ahead of its consumer: reading and
+/// encoding overlap. Dropping it stops the reader at its next batch.
+pub struct Prefetch {
+    batches: mpsc::Receiver<tiledb::Result<RecordBatch>>,
+    schema: SchemaRef,
+}
+
+impl Prefetch {
+    pub fn start(mut reader: BatchReader) -> std::io::Result<Prefetch> {
+        let schema = reader.schema();
+        let (tx, rx) = mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("soma-read".into())
+            .spawn(move || loop {
+                let next = match reader.next_batch() {
+                    Ok(Some(batch)) => Ok(batch),
+                    Ok(None) => return,
+                    Err(e) => Err(e),
+                };
+                let failed = next.is_err();
+                if tx.send(next).is_err() || failed {
+                    return;
+                }
+            })?;
+        Ok(Prefetch {
+            batches: rx,
+            schema,
+        })
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// The next batch, `None` at the end.
+    pub fn next_batch(&mut self) -> tiledb::Result<Option<RecordBatch>> {
+        self.batches.recv().ok().transpose()
     }
 }
 

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit as ArrowUnit};
 
-use crate::tiledb::{Bounds, Datatype, EnumerationInfo, SchemaInfo, TimeUnit, Value, VAR_NUM};
+use crate::tiledb::{
+    Bounds, Datatype, EnumerationInfo, Order, SchemaInfo, TimeUnit, Value, VAR_NUM,
+};
 
 use super::SomaType;
 
@@ -23,6 +25,8 @@ pub struct Column {
     pub is_index: bool,
     /// For index columns: the current domain where the array has one, else the schema's.
     pub domain: Option<Bounds>,
+    /// For integer index columns: the space tile's extent.
+    pub tile_extent: Option<Value>,
     /// For enumerated columns: the labels.
     pub enumeration: Option<EnumerationInfo>,
 }
@@ -34,6 +38,10 @@ pub struct SomaSchema {
     /// For ND arrays: the current domain's size along each dimension.
     pub shape: Option<Vec<u64>>,
     pub dense: bool,
+    /// The order of tiles and of cells within a tile, which decide what a global-order
+    /// read returns.
+    pub tile_order: Order,
+    pub cell_order: Order,
 }
 
 /// The Arrow type of a TileDB value type, as tiledbsoma presents it.
@@ -124,6 +132,7 @@ impl SomaSchema {
                     nullable: false,
                     is_index: true,
                     domain: current.or_else(|| dim.domain.clone()),
+                    tile_extent: dim.tile_extent.clone(),
                     enumeration: None,
                 }
             })
@@ -147,6 +156,7 @@ impl SomaSchema {
                 nullable: attr.nullable,
                 is_index: false,
                 domain: None,
+                tile_extent: None,
                 enumeration,
             }
         }));
@@ -155,6 +165,8 @@ impl SomaSchema {
             columns,
             shape,
             dense: info.array_type == crate::tiledb::ArrayType::Dense,
+            tile_order: info.tile_order,
+            cell_order: info.cell_order,
         }
     }
 

@@ -88,6 +88,8 @@ pub struct DimensionInfo {
     pub cell_val_num: u32,
     /// The schema's (maximum) domain; `None` for string dimensions, which have none.
     pub domain: Option<Bounds>,
+    /// The space tile's extent along this dimension; `None` for string dimensions.
+    pub tile_extent: Option<Value>,
 }
 
 /// An attribute described in plain Rust values.
@@ -116,11 +118,33 @@ pub struct Fragment {
     pub timestamp_range: (u64, u64),
 }
 
+/// The order of tiles, or of cells within a tile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    RowMajor,
+    ColMajor,
+    Hilbert,
+    Other,
+}
+
+impl Order {
+    fn from_raw(raw: ffi::tiledb_layout_t) -> Order {
+        match raw {
+            ffi::TILEDB_ROW_MAJOR => Order::RowMajor,
+            1 => Order::ColMajor,
+            4 => Order::Hilbert,
+            _ => Order::Other,
+        }
+    }
+}
+
 /// Everything soma-mount needs from a schema, read once.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchemaInfo {
     pub array_type: ArrayType,
     pub allows_dups: bool,
+    pub tile_order: Order,
+    pub cell_order: Order,
     pub dimensions: Vec<DimensionInfo>,
     pub attributes: Vec<AttributeInfo>,
     /// The current domain, one range per dimension, when the schema has one.
@@ -259,6 +283,15 @@ impl ArraySchema {
             ctx,
             tiledb_array_schema_get_allows_dups(self.raw, &mut allows_dups)
         )?;
+        let (mut tile_order, mut cell_order) = (0, 0);
+        tiledb_call!(
+            ctx,
+            tiledb_array_schema_get_tile_order(self.raw, &mut tile_order)
+        )?;
+        tiledb_call!(
+            ctx,
+            tiledb_array_schema_get_cell_order(self.raw, &mut cell_order)
+        )?;
         let mut domain = ptr::null_mut();
         tiledb_call!(ctx, tiledb_array_schema_get_domain(self.raw, &mut domain))?;
         let domain = Domain::from_raw(ctx, domain)?;
@@ -286,6 +319,8 @@ impl ArraySchema {
                 ArrayType::Sparse
             },
             allows_dups: allows_dups != 0,
+            tile_order: Order::from_raw(tile_order),
+            cell_order: Order::from_raw(cell_order),
             dimensions,
             attributes,
             current_domain,
@@ -408,12 +443,23 @@ impl Dimension {
             let bytes = unsafe { byte_slice(domain, 2 * datatype.size() as u64) };
             Some(bounds_from_bytes(datatype, bytes)?)
         };
+        let mut extent = ptr::null();
+        tiledb_call!(ctx, tiledb_dimension_get_tile_extent(self.raw, &mut extent))?;
+        let tile_extent = if extent.is_null() || cell_val_num == VAR_NUM {
+            None
+        } else {
+            // SAFETY: a fixed-size dimension's tile extent is one value of its type, owned by
+            // the dimension handle; it is copied.
+            let bytes = unsafe { byte_slice(extent, datatype.size() as u64) };
+            datatype.decode(bytes).into_iter().next()
+        };
         Ok(DimensionInfo {
             // SAFETY: the name is a NUL-terminated string owned by the live dimension handle.
             name: unsafe { copy_c_str(name) },
             datatype,
             cell_val_num,
             domain,
+            tile_extent,
         })
     }
 }

@@ -255,6 +255,16 @@ extern "C" {
         array_schema: *const tiledb_array_schema_t,
         array_type: *mut tiledb_array_type_t,
     ) -> capi_return_t;
+    pub fn tiledb_array_schema_get_tile_order(
+        ctx: *mut tiledb_ctx_t,
+        array_schema: *const tiledb_array_schema_t,
+        tile_order: *mut tiledb_layout_t,
+    ) -> capi_return_t;
+    pub fn tiledb_array_schema_get_cell_order(
+        ctx: *mut tiledb_ctx_t,
+        array_schema: *const tiledb_array_schema_t,
+        cell_order: *mut tiledb_layout_t,
+    ) -> capi_return_t;
     pub fn tiledb_array_schema_get_allows_dups(
         ctx: *mut tiledb_ctx_t,
         array_schema: *mut tiledb_array_schema_t,
@@ -310,6 +320,11 @@ extern "C" {
         ctx: *mut tiledb_ctx_t,
         dim: *const tiledb_dimension_t,
         domain: *mut *const c_void,
+    ) -> capi_return_t;
+    pub fn tiledb_dimension_get_tile_extent(
+        ctx: *mut tiledb_ctx_t,
+        dim: *const tiledb_dimension_t,
+        tile_extent: *mut *const c_void,
     ) -> capi_return_t;
     pub fn tiledb_dimension_get_cell_val_num(
         ctx: *mut tiledb_ctx_t,

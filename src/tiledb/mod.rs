@@ -16,7 +16,7 @@ mod query;
 
 pub use array::{
     Array, ArrayType, AttributeInfo, Bounds, DimensionInfo, EnumerationInfo, Fragment,
-    FragmentInfo, SchemaInfo, VAR_NUM,
+    FragmentInfo, Order, SchemaInfo, VAR_NUM,
 };
 pub use context::{Config, Context};
 pub use datatype::{Datatype, TimeUnit, Value};

@@ -3,6 +3,7 @@
 
 use std::ffi::{c_void, CString};
 use std::ptr;
+use std::sync::Arc;
 
 use super::array::{Array, VAR_NUM};
 use super::context::{c_string, tiledb_call};
@@ -36,6 +37,8 @@ pub enum Layout {
     RowMajor,
     /// Whatever order is fastest.
     Unordered,
+    /// The array's global order: tile by tile in the tile order, cells in the cell order.
+    GlobalOrder,
 }
 
 /// A column to read: its name and how its values are laid out.
@@ -93,26 +96,35 @@ pub struct ReadQuery {
     // Field order matters: the query is freed before the buffers it points into.
     query: Query,
     columns: Vec<ColumnBuffers>,
-    _array: Array,
+    _array: Arc<Array>,
     done: bool,
     /// Whether the buffers were set on the query (they are re-set after every resize).
     buffers_set: bool,
+    /// Buffers start small, so the first batch comes quickly, and double after each batch
+    /// until their data buffers reach this many bytes in all.
+    target_bytes: usize,
 }
 
 /// Bytes per cell assumed for var-sized columns when sizing buffers.
 const VAR_CELL_GUESS: usize = 32;
 
+/// Cells in the first batch of a query.
+const FIRST_BATCH_CELLS: usize = 8192;
+
 impl ReadQuery {
     /// A query reading `columns` of `array` in `layout`, within `ranges` (one list of
     /// inclusive ranges per dimension; an empty list means the whole dimension) and, when
-    /// given, only the cells matching `condition`. Each batch holds about `batch_bytes`.
+    /// given, only the cells matching `condition`. Each batch holds about `batch_bytes`;
+    /// when `expected_cells` fit in that, the first batch is sized for all of them, else it is
+    /// small so that the first rows come at once.
     pub fn new(
-        array: Array,
+        array: Arc<Array>,
         layout: Layout,
         ranges: &[Vec<(Value, Value)>],
         columns: &[ColumnSpec],
         condition: Option<&QueryCondition>,
         batch_bytes: usize,
+        expected_cells: u64,
     ) -> Result<ReadQuery> {
         let ctx = array.context().clone();
         let mut raw = ptr::null_mut();
@@ -124,6 +136,7 @@ impl ReadQuery {
         let layout = match layout {
             Layout::RowMajor => ffi::TILEDB_ROW_MAJOR,
             Layout::Unordered => ffi::TILEDB_UNORDERED,
+            Layout::GlobalOrder => ffi::TILEDB_GLOBAL_ORDER,
         };
         tiledb_call!(&ctx, tiledb_query_set_layout(query.as_ptr(), layout))?;
 
@@ -161,7 +174,15 @@ impl ReadQuery {
             })
             .sum::<usize>()
             .max(1);
-        let cells = (batch_bytes / row_bytes).max(1024);
+        // The first batch is small: its rows reach a reader (`head`) at once.
+        let batch_cells = (batch_bytes / row_bytes).max(1024);
+        // A quarter more than expected: estimates are averages.
+        let expected = (expected_cells as usize).saturating_add(expected_cells as usize / 4);
+        let cells = if expected < batch_cells {
+            expected.max(1024)
+        } else {
+            batch_cells.min(FIRST_BATCH_CELLS)
+        };
         let columns = columns
             .iter()
             .map(|spec| {
@@ -199,6 +220,7 @@ impl ReadQuery {
             _array: array,
             done: false,
             buffers_set: false,
+            target_bytes: batch_bytes,
         })
     }
 
@@ -248,7 +270,14 @@ impl ReadQuery {
         Ok(())
     }
 
-    /// Doubles every buffer: a batch did not fit even one cell.
+    fn buffer_bytes(&self) -> usize {
+        self.columns
+            .iter()
+            .map(|c| c.data.len() + c.offsets.len() * 8 + c.validity.len())
+            .sum()
+    }
+
+    /// Doubles every buffer: a batch did not fit even one cell, or batches grow to the target.
     fn grow(&mut self) -> Result<()> {
         for c in &mut self.columns {
             let (data, offsets, validity) = (c.data.len(), c.offsets.len(), c.validity.len());
@@ -275,6 +304,9 @@ impl ReadQuery {
         loop {
             if self.done {
                 return Ok(None);
+            }
+            if self.buffers_set && self.buffer_bytes() * 2 <= self.target_bytes {
+                self.grow()?;
             }
             if self.buffers_set {
                 // Reset sizes to capacities for this submission.

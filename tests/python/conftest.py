@@ -25,7 +25,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MAKE_FIXTURES = REPO / "scripts" / "make-fixtures.py"
-STORES = ("hand", "pbmc", "scene")
+STORES = ("hand", "pbmc", "scene", "big")
 MOUNT_TIMEOUT = 15.0
 EXIT_TIMEOUT = 10.0
 STAMP = ".fixtures-stamp"
@@ -235,17 +235,31 @@ class MountPath(str):
     proc: subprocess.Popen
     log: Path
     mountpoint: str
+    cache_dir: str | None  # the temporary --cache-dir mount_guard made, if it made one
+
+
+def _has_option(args, name: str) -> bool:
+    return any(a == name or a.startswith(name + "=") for a in args)
 
 
 @contextlib.contextmanager
 def mount_guard(uri, *extra_args, label: str | None = None, session: bool = False):
     """Mount `uri` with `soma-mount -f` on a fresh temporary directory; yield its path.
 
+    Unless extra_args has a --cache-dir, the daemon gets a fresh temporary cache
+    directory of its own (removed afterwards), so tests never share generated files
+    with each other or with the user's cache; its path is `.cache_dir` of the result.
+
     Always unmounts (`umount DIR`, then `umount -l DIR`), waits for the daemon to exit
     (killing it after EXIT_TIMEOUT), and removes the directory -- whatever happens."""
     binary = binary_path()
     if not binary.is_file():
         pytest.fail(f"soma-mount binary not found at {binary} (build it, or set SOMA_MOUNT_BIN)")
+    extra_args = tuple(map(str, extra_args))
+    own_cache = None
+    if not _has_option(extra_args, "--cache-dir"):
+        own_cache = tempfile.mkdtemp(prefix="soma-mount-cache-")
+        extra_args = ("--cache-dir", own_cache) + extra_args
     mp = os.path.realpath(tempfile.mkdtemp(prefix="soma-mount-mp-"))
     label = label or f"{uri} on {mp}"
     log = _log_dir() / (os.path.basename(mp) + ".log")
@@ -256,7 +270,7 @@ def mount_guard(uri, *extra_args, label: str | None = None, session: bool = Fals
     try:
         with open(log, "wb") as logf:
             proc = subprocess.Popen(
-                [str(binary), "-f", *map(str, extra_args), os.fspath(uri), mp],
+                [str(binary), "-f", *extra_args, os.fspath(uri), mp],
                 stdin=subprocess.DEVNULL,
                 stdout=logf,
                 stderr=logf,
@@ -272,6 +286,7 @@ def mount_guard(uri, *extra_args, label: str | None = None, session: bool = Fals
         assert os.path.ismount(mp), f"{mp} is in /proc/mounts but os.path.ismount() is false"
         p = MountPath(mp)
         p.proc, p.log, p.mountpoint = proc, log, mp
+        p.cache_dir = own_cache
         yield p
     finally:
         unmount(mp)
@@ -288,6 +303,8 @@ def mount_guard(uri, *extra_args, label: str | None = None, session: bool = Fals
         # rmdir, never rmtree: if the mount somehow survived we must not recurse into it.
         with contextlib.suppress(OSError):
             os.rmdir(mp)
+        if own_cache is not None and not is_mounted(mp):
+            shutil.rmtree(own_cache, ignore_errors=True)
 
 
 @pytest.fixture

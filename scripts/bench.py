@@ -1,0 +1,229 @@
+"""soma-mount benchmark: the mounted files against the Python reference path, in one run.
+
+Builds a synthetic experiment once (bench-data/, at least 100,000 cells x 20,000 genes and
+20 million nonzeros in X), then measures, each on a fresh mount with an empty cache:
+
+- `cat X/data/data.csv` and `cat obs/data.csv` against tiledbsoma `read()` then
+  `pyarrow.csv.write_csv` (what a user would run to get the same CSV);
+- `cat X/data/data.parquet` against tiledbsoma `read()` then `pyarrow.parquet.write_table`;
+- the time `head -n 10 X/data/data.csv` takes to print its 10 lines;
+- the daemon's peak resident memory (VmHWM) over the whole run.
+
+It prints seconds and ratios (Python time / soma-mount time: above 1 means soma-mount is
+faster). Numbers are for this machine; run it twice and compare on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import tiledbsoma
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = REPO / "target" / "release" / "soma-mount"
+N_OBS, N_VAR, NNZ = 100_000, 20_000, 20_000_000
+VERSION = "3"  # bump to rebuild the data set
+
+
+def build(root: Path) -> Path:
+    uri = root / "experiment"
+    stamp = root / f".built-{VERSION}"
+    if stamp.exists():
+        return uri
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    print(f"building {uri}: {N_OBS} cells x {N_VAR} genes, {NNZ} nonzeros ...", flush=True)
+    rng = np.random.default_rng(0)
+    cell_types = ["B", "T", "NK", "Mono", "DC", "Plasma"]
+    obs = pa.table(
+        {
+            "soma_joinid": pa.array(np.arange(N_OBS, dtype=np.int64)),
+            "obs_id": pa.array([f"cell_{i:06d}" for i in range(N_OBS)], pa.large_string()),
+            "cell_type": pa.DictionaryArray.from_arrays(
+                pa.array(rng.integers(0, len(cell_types), N_OBS).astype(np.int8)),
+                pa.array(cell_types, pa.large_string()),
+            ),
+            "n_genes": pa.array(rng.integers(200, 5000, N_OBS), pa.int64()),
+            "percent_mito": pa.array(rng.random(N_OBS).astype(np.float32)),
+        }
+    )
+    var = pa.table(
+        {
+            "soma_joinid": pa.array(np.arange(N_VAR, dtype=np.int64)),
+            "var_id": pa.array([f"gene_{i:05d}" for i in range(N_VAR)], pa.large_string()),
+        }
+    )
+    # Create every object first and write afterwards: tiledbsoma 2.3.0 loses the labels an
+    # enumeration gets from a write made in the same millisecond as its schema.
+    with tiledbsoma.Experiment.create(str(uri)) as exp:
+        exp.add_new_dataframe("obs", schema=obs.schema, domain=[(0, N_OBS - 1)])
+        ms = exp.add_new_collection("ms", tiledbsoma.Collection)
+        rna = ms.add_new_collection("RNA", tiledbsoma.Measurement)
+        rna.add_new_dataframe("var", schema=var.schema, domain=[(0, N_VAR - 1)])
+        X = rna.add_new_collection("X")
+        X.add_new_sparse_ndarray("data", type=pa.float32(), shape=(N_OBS, N_VAR))
+    time.sleep(0.01)
+    with tiledbsoma.open(str(uri / "obs"), "w") as df:
+        df.write(obs)
+    with tiledbsoma.open(str(uri / "ms" / "RNA" / "var"), "w") as df:
+        df.write(var)
+    with tiledbsoma.open(str(uri / "ms" / "RNA" / "X" / "data"), "w") as data:
+        per_cell = NNZ // N_OBS
+        chunk = 10_000
+        for start in range(0, N_OBS, chunk):
+            rows = np.repeat(np.arange(start, start + chunk, dtype=np.int64), per_cell)
+            # distinct columns per row: a random offset, then every (N_VAR / per_cell)-th gene
+            step = N_VAR // per_cell
+            offsets = rng.integers(0, step, chunk)
+            cols = offsets[:, None] + np.arange(per_cell, dtype=np.int64)[None, :] * step
+            vals = rng.random(rows.size, dtype=np.float32) * 10
+            data.write(
+                pa.table(
+                    {
+                        "soma_dim_0": rows,
+                        "soma_dim_1": cols.ravel(),
+                        "soma_data": vals,
+                    }
+                )
+            )
+    stamp.touch()
+    return uri
+
+
+class Mount:
+    """A fresh mount with an empty cache; always unmounted."""
+
+    def __init__(self, uri: Path, *args: str):
+        self.dir = Path(tempfile.mkdtemp(prefix="soma-bench-mnt-"))
+        self.cache = Path(tempfile.mkdtemp(prefix="soma-bench-cache-"))
+        self.proc = subprocess.Popen(
+            [str(BIN), "-f", str(uri), str(self.dir), "--cache-dir", str(self.cache), *args],
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while not os.path.ismount(self.dir):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("soma-mount did not mount")
+            time.sleep(0.02)
+
+    def peak_rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def close(self) -> None:
+        subprocess.run(["umount", str(self.dir)], check=False)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.cache, ignore_errors=True)
+        os.rmdir(self.dir)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def cat(path: Path) -> int:
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(1 << 20):
+            n += len(chunk)
+    return n
+
+
+def read_table(uri: str) -> pa.Table:
+    with tiledbsoma.open(uri) as obj:
+        result = obj.read()
+        return result.tables().concat() if hasattr(result, "tables") else result.concat()
+
+
+def python_csv(uri: str, out: Path) -> None:
+    pacsv.write_csv(read_table(uri), str(out))
+
+
+def python_parquet(uri: str, out: Path) -> None:
+    pq.write_table(read_table(uri), str(out))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(REPO / "bench-data"), help="where to build the data set")
+    args = parser.parse_args()
+    uri = build(Path(args.data))
+    x_uri = str(uri / "ms" / "RNA" / "X" / "data")
+    obs_uri = str(uri / "obs")
+    scratch = Path(tempfile.mkdtemp(prefix="soma-bench-out-"))
+    rows = []
+    peak = 0.0
+    try:
+        for name, rel, ref in [
+            ("X csv", "ms/RNA/X/data/data.csv", lambda: python_csv(x_uri, scratch / "x.csv")),
+            ("obs csv", "obs/data.csv", lambda: python_csv(obs_uri, scratch / "obs.csv")),
+            ("X parquet", "ms/RNA/X/data/data.parquet", lambda: python_parquet(x_uri, scratch / "x.parquet")),
+        ]:
+            t_ref = timed(ref)
+            with Mount(uri) as m:
+                size = 0
+
+                def run():
+                    nonlocal size
+                    size = cat(m.dir / rel)
+
+                t_mount = timed(run)
+                peak = max(peak, m.peak_rss_mb())
+            rows.append((name, t_mount, t_ref, size))
+            for f in scratch.iterdir():
+                f.unlink()
+        with Mount(uri) as m:
+            t = time.perf_counter()
+            out = subprocess.run(
+                ["head", "-n", "10", str(m.dir / "ms/RNA/X/data/data.csv")],
+                capture_output=True, check=True,
+            ).stdout
+            t_head = time.perf_counter() - t
+            assert out.count(b"\n") == 10
+            peak = max(peak, m.peak_rss_mb())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    print()
+    print(f"{'what':<12} {'soma-mount':>11} {'python':>9} {'ratio':>7}  size")
+    for name, t_mount, t_ref, size in rows:
+        print(f"{name:<12} {t_mount:>10.2f}s {t_ref:>8.2f}s {t_ref / t_mount:>6.2f}x  {size / 1e6:.0f} MB")
+    print(f"{'head -n 10':<12} {t_head * 1000:>9.0f}ms")
+    print(f"{'daemon RSS':<12} {peak:>9.0f}MB (peak)")
+    targets = [
+        ("X csv >= 2x", rows[0][2] / rows[0][1] >= 2),
+        ("obs csv >= 2x", rows[1][2] / rows[1][1] >= 2),
+        ("parquet >= 1.5x", rows[2][2] / rows[2][1] >= 1.5),
+        ("head < 100 ms", t_head < 0.1),
+        ("RSS < 512 MB", peak < 512),
+    ]
+    print("targets: " + ", ".join(f"{n}: {'met' if ok else 'MISSED'}" for n, ok in targets))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
