@@ -56,6 +56,9 @@ struct Cli {
     /// Generate every data file whole when opened: every size is exact, first bytes come later.
     #[arg(long)]
     exact_sizes: bool,
+    /// `slices/` cuts each array into chunks of about this many stored cells.
+    #[arg(long, default_value_t = 1_000_000)]
+    chunk_cells: u64,
 }
 
 /// A size in bytes: a number with an optional K, M, G or T suffix (powers of 1024).
@@ -302,6 +305,7 @@ fn run(cli: Cli) -> ExitCode {
         cache,
         materialize_limit: cli.materialize_limit,
         exact_sizes: cli.exact_sizes,
+        chunk_cells: cli.chunk_cells.max(1),
     };
     let fs = SomaFs::new(Tree::new(store, &uri, data));
     let session = match fuser::Session::new(fs, &cli.mountpoint, &config).and_then(|s| s.spawn()) {

@@ -4,11 +4,15 @@
 //! requests into calls on the tree.
 
 pub mod cache;
+mod data;
 pub mod fuse;
 pub mod names;
+mod node;
 mod open_file;
+pub mod slice_name;
 pub mod tree;
 
 pub use cache::ContentCache;
+pub use data::DataOptions;
 pub use fuse::SomaFs;
-pub use tree::{DataOptions, Tree};
+pub use tree::Tree;

@@ -13,7 +13,7 @@ use crate::soma::{BatchReader, Selection, SomaObject, Store, BATCH_BYTES};
 use crate::tiledb::Value;
 
 use super::cache::{CacheKey, ContentCache};
-use super::tree::array_of;
+use super::node::array_of;
 
 /// How far a generator may run ahead of the furthest byte a reader asked for.
 const READ_AHEAD_BYTES: u64 = 64 << 20;

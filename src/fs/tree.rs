@@ -1,23 +1,23 @@
-//! The inode table: every directory and file soma-mount has shown, what it stands for, and the
-//! decisions of the filesystem (what a directory lists, what a file holds, which errors).
+//! The inode table: every directory and file soma-mount has shown, and the operations on
+//! them. What a directory lists and what a file holds is decided in [`super::node`]; data
+//! files are opened by [`super::data`].
 //!
 //! Directories are filled on first look: opening the object behind a directory reads its
-//! metadata and structure (never array data), and every entry gets an inode then. Inodes live
-//! as long as the mount; the tree is as big as the part of the store that was looked at.
+//! metadata and structure (never array data), and every entry gets an inode then. A slice
+//! opened by a name that is not listed gets an inode on that lookup. Inodes live as long as
+//! the mount; the tree is as big as the part of the store that was looked at.
 
 use std::collections::HashMap;
-use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use log::{error, warn};
+use log::warn;
 
-use crate::format::{self, json, npy, TableFormat};
-use crate::soma::{ArrayObject, BatchReader, Prefetch, Selection, SomaObject, Store, BATCH_BYTES};
+use crate::soma::Store;
 
-use super::cache::{CacheKey, ContentCache};
-use super::names::file_name;
-use super::open_file::{NpyFile, OpenFile, Stream};
+use super::data::{io_error, open_table, table_key, DataOptions};
+use super::node::{self, array_of, FileKind, NodeKind};
+use super::open_file::{NpyFile, OpenFile};
 
 pub type Ino = u64;
 pub const ROOT: Ino = 1;
@@ -36,97 +36,6 @@ pub enum FsError {
 
 pub type FsResult<T> = Result<T, FsError>;
 
-/// The files soma-mount generates.
-#[derive(Debug, Clone)]
-pub enum FileKind {
-    /// `metadata.json` of an object.
-    Metadata(Arc<SomaObject>),
-    /// `schema.json` of an array.
-    Schema(Arc<SomaObject>),
-    /// `error.txt` of a member that cannot be opened.
-    ErrorText(Arc<str>),
-    /// `data.<ext>`: an array's rows in a table format.
-    Table(Arc<SomaObject>, TableFormat),
-    /// `data.npy` of a numeric dense array.
-    Npy(Arc<SomaObject>),
-}
-
-/// How data files are generated and cached (the command line's options).
-pub struct DataOptions {
-    pub cache: Arc<ContentCache>,
-    /// Data files estimated below this size are generated whole when opened.
-    pub materialize_limit: u64,
-    /// Generate every data file whole when opened, so every size is exact.
-    pub exact_sizes: bool,
-}
-
-impl FileKind {
-    /// The content of a document (not of data files, which are generated when opened).
-    fn document(&self) -> FsResult<Vec<u8>> {
-        match self {
-            FileKind::Metadata(object) => Ok(json::metadata_json(object.metadata())),
-            FileKind::Schema(object) => {
-                let SomaObject::Array(array) = object.as_ref() else {
-                    return Err(FsError::NotFound);
-                };
-                Ok(json::schema_json(array, array.stored_cells()))
-            }
-            FileKind::ErrorText(message) => Ok(format!("{message}\n").into_bytes()),
-            FileKind::Table(..) | FileKind::Npy(_) => Err(FsError::IsADirectory),
-        }
-    }
-}
-
-/// The array behind a data file.
-pub(super) fn array_of(object: &SomaObject) -> &ArrayObject {
-    match object {
-        SomaObject::Array(array) => array,
-        SomaObject::Group(_) => unreachable!("data files are only made for arrays"),
-    }
-}
-
-/// The cache key of an array's rows in a format: the array as of its fragments.
-fn table_key(array: &ArrayObject, format: TableFormat, selection: &Selection) -> CacheKey {
-    let timestamp = format!("{:?}", array.read_timestamp_ms);
-    let selection = format!("{selection:?}");
-    let fragments = array.fragments.iter().map(|f| f.uri.as_str());
-    CacheKey::new(
-        [
-            array.uri.as_str(),
-            format.extension(),
-            &selection,
-            &timestamp,
-        ]
-        .into_iter()
-        .chain(fragments),
-    )
-}
-
-/// The `.npy` of a dense array with a numeric value column: header, item size and shape.
-fn npy_layout(array: &ArrayObject) -> Option<(Vec<u8>, u64, Vec<u64>)> {
-    if !array.schema.dense {
-        return None;
-    }
-    let shape = array.schema.shape.clone()?;
-    let values = array.schema.columns.iter().rfind(|c| !c.is_index)?;
-    let (descr, size) = npy::dtype(&values.arrow_type)?;
-    Some((npy::header(descr, &shape), size as u64, shape))
-}
-
-fn io_error(what: &str, e: impl std::fmt::Display) -> FsError {
-    error!("{what}: {e}");
-    FsError::Io(format!("{what}: {e}"))
-}
-
-/// What an inode stands for.
-enum NodeKind {
-    /// The directory of the object at `uri` (a group, an array, or a member that fails to open).
-    Object {
-        uri: String,
-    },
-    File(FileKind),
-}
-
 /// A directory's entries, made on first look.
 struct Listing {
     entries: Vec<(String, Ino)>,
@@ -136,6 +45,9 @@ struct Listing {
 struct Node {
     kind: NodeKind,
     listing: OnceLock<Listing>,
+    /// Entries found by lookup that the listing does not show (slices opened by name).
+    found: Mutex<HashMap<String, Ino>>,
+    /// A document's bytes, made on first look.
     content: OnceLock<FsResult<Arc<[u8]>>>,
 }
 
@@ -165,11 +77,6 @@ pub struct Tree {
     open_files: Mutex<HashMap<u64, Arc<OpenFile>>>,
     next_fh: AtomicU64,
 }
-
-/// The names soma-mount adds to a directory.
-const METADATA_JSON: &str = "metadata.json";
-const SCHEMA_JSON: &str = "schema.json";
-const ERROR_TXT: &str = "error.txt";
 
 impl Tree {
     /// A tree whose root is the object at `root_uri`.
@@ -203,23 +110,21 @@ impl Tree {
 
     pub fn getattr(&self, ino: Ino) -> FsResult<Attr> {
         let node = self.node(ino)?;
-        let (is_dir, size) = match &node.kind {
-            NodeKind::Object { .. } => (true, Some(0)),
-            NodeKind::File(FileKind::Table(object, format)) => {
-                let key = table_key(array_of(object), *format, &Selection::default());
-                (false, self.data.cache.size(&key))
+        let size = match &node.kind {
+            kind if kind.is_dir() => Some(0),
+            NodeKind::File(FileKind::Table(table, format)) => {
+                self.data.cache.size(&table_key(table, *format))
             }
             NodeKind::File(FileKind::Npy(object)) => {
-                let size = npy_layout(array_of(object)).map(|(header, item, shape)| {
+                node::npy_layout(array_of(object)).map(|(header, item, shape)| {
                     header.len() as u64 + shape.iter().product::<u64>() * item
-                });
-                (false, size)
+                })
             }
-            NodeKind::File(_) => (false, Some(self.content_of(&node)?.len() as u64)),
+            _ => Some(self.content_of(&node)?.len() as u64),
         };
         Ok(Attr {
             ino,
-            is_dir,
+            is_dir: node.kind.is_dir(),
             size: size.unwrap_or(0),
             size_known: size.is_some(),
         })
@@ -227,11 +132,24 @@ impl Tree {
 
     pub fn lookup(&self, parent: Ino, name: &str) -> FsResult<Attr> {
         let node = self.node(parent)?;
-        let ino = *self
-            .listing(&node)?
-            .by_name
-            .get(name)
-            .ok_or(FsError::NotFound)?;
+        if let Some(&ino) = self.listing(&node)?.by_name.get(name) {
+            return self.getattr(ino);
+        }
+        // A slice can be opened by name without being listed.
+        let NodeKind::Slices(table) = &node.kind else {
+            return Err(FsError::NotFound);
+        };
+        let mut found = node.found.lock().unwrap_or_else(|e| e.into_inner());
+        let ino = match found.get(name) {
+            Some(&ino) => ino,
+            None => {
+                let kind = node::slice_by_name(table, name).ok_or(FsError::NotFound)?;
+                let ino = self.add_node(kind);
+                found.insert(name.to_owned(), ino);
+                ino
+            }
+        };
+        drop(found);
         self.getattr(ino)
     }
 
@@ -243,10 +161,7 @@ impl Tree {
         Ok(listing
             .entries
             .iter()
-            .map(|(name, child)| {
-                let is_dir = matches!(nodes[*child as usize].kind, NodeKind::Object { .. });
-                (*child, is_dir, name.clone())
-            })
+            .map(|(name, child)| (*child, nodes[*child as usize].kind.is_dir(), name.clone()))
             .collect())
     }
 
@@ -255,25 +170,21 @@ impl Tree {
             return Err(FsError::IsADirectory);
         };
         node.content
-            .get_or_init(|| file.document().map(Arc::from))
+            .get_or_init(|| file.document().map(Arc::from).ok_or(FsError::IsADirectory))
             .clone()
     }
 
-    /// Opens a file for reading. Data files come from the cache when generated before;
-    /// otherwise small ones and Parquet are generated whole now, and the rest are streamed
-    /// while they are generated.
+    /// Opens a file for reading.
     pub fn open(&self, ino: Ino) -> FsResult<Opened> {
         let node = self.node(ino)?;
         let NodeKind::File(file) = &node.kind else {
             return Err(FsError::IsADirectory);
         };
         let (open_file, direct_io) = match file {
-            FileKind::Table(object, format) => {
-                self.open_table(array_of(object), *format, &Selection::default())?
-            }
+            FileKind::Table(table, format) => open_table(&self.store, &self.data, table, *format)?,
             FileKind::Npy(object) => {
                 let (header, item, shape) =
-                    npy_layout(array_of(object)).ok_or(FsError::NotFound)?;
+                    node::npy_layout(array_of(object)).ok_or(FsError::NotFound)?;
                 let npy = NpyFile::new(object.clone(), header, item, shape);
                 (OpenFile::Npy(npy), false)
             }
@@ -285,56 +196,6 @@ impl Tree {
             .unwrap_or_else(|e| e.into_inner())
             .insert(fh, Arc::new(open_file));
         Ok(Opened { fh, direct_io })
-    }
-
-    fn open_table(
-        &self,
-        array: &ArrayObject,
-        format: TableFormat,
-        selection: &Selection,
-    ) -> FsResult<(OpenFile, bool)> {
-        let cache = &self.data.cache;
-        let key = table_key(array, format, selection);
-        if let Some((file, _)) = cache.open_entry(&key) {
-            return Ok((OpenFile::Cached(file), false));
-        }
-        let estimate = array
-            .stored_cells()
-            .saturating_mul(format.estimated_row_bytes(&array.schema.arrow()));
-        let whole = format == TableFormat::Parquet
-            || self.data.exact_sizes
-            || estimate < self.data.materialize_limit;
-        let what = format!("{}/data.{}", array.uri, format.extension());
-        let reader = BatchReader::open(&self.store, array, selection, BATCH_BYTES)
-            .map_err(|e| io_error(&what, e))?;
-        let mut reader = Prefetch::start(reader).map_err(|e| io_error(&what, e))?;
-        let schema = reader.schema();
-        let mut next_batch = move || reader.next_batch().map_err(io::Error::other);
-        if !whole {
-            let stream = Stream::start(cache.clone(), key, move |out| {
-                format::write_table(format, schema, &mut next_batch, out)
-            })
-            .map_err(|e| io_error(&what, e))?;
-            return Ok((OpenFile::Streaming(stream), true));
-        }
-        // Generate whole, once even when several open it at the same time.
-        let lock = cache.generation_lock(&key);
-        let _generating = lock.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.size(&key).is_none() {
-            let (pending, file) = cache.begin(&key).map_err(|e| io_error(&what, e))?;
-            let mut out = io::BufWriter::with_capacity(1 << 20, &file);
-            format::write_table(format, schema, &mut next_batch, &mut out)
-                .map_err(|e| io_error(&what, e))?;
-            drop(out);
-            let size = file.metadata().map_err(|e| io_error(&what, e))?.len();
-            cache
-                .commit(pending, size)
-                .map_err(|e| io_error(&what, e))?;
-        }
-        let (file, _) = cache
-            .open_entry(&key)
-            .ok_or_else(|| io_error(&what, "the generated file left the cache at once"))?;
-        Ok((OpenFile::Cached(file), false))
     }
 
     /// Reads from an open file.
@@ -364,60 +225,22 @@ impl Tree {
     }
 
     fn listing<'a>(&self, node: &'a Node) -> FsResult<&'a Listing> {
-        let NodeKind::Object { uri } = &node.kind else {
+        if !node.kind.is_dir() {
             return Err(FsError::NotADirectory);
-        };
-        Ok(node.listing.get_or_init(|| self.make_listing(uri)))
+        }
+        Ok(node.listing.get_or_init(|| self.make_listing(&node.kind)))
     }
 
-    /// Opens the object at `uri` and gives every entry of its directory an inode.
-    fn make_listing(&self, uri: &str) -> Listing {
-        let mut named: Vec<(String, NodeKind)> = Vec::new();
-        match self.store.open(uri) {
-            Ok(object) => {
-                let object = Arc::new(object);
-                if let SomaObject::Group(group) = object.as_ref() {
-                    for member in &group.members {
-                        named.push((
-                            file_name(&member.name),
-                            NodeKind::Object {
-                                uri: member.uri.clone(),
-                            },
-                        ));
-                    }
-                }
-                named.push((
-                    METADATA_JSON.into(),
-                    NodeKind::File(FileKind::Metadata(object.clone())),
-                ));
-                if let SomaObject::Array(array) = object.as_ref() {
-                    named.push((
-                        SCHEMA_JSON.into(),
-                        NodeKind::File(FileKind::Schema(object.clone())),
-                    ));
-                    for format in TableFormat::ALL {
-                        named.push((
-                            format!("data.{}", format.extension()),
-                            NodeKind::File(FileKind::Table(object.clone(), format)),
-                        ));
-                    }
-                    if npy_layout(array).is_some() {
-                        named.push((
-                            "data.npy".into(),
-                            NodeKind::File(FileKind::Npy(object.clone())),
-                        ));
-                    }
-                }
-            }
-            Err(e) => {
-                warn!("cannot open {uri}: {e}");
-                let message = format!("cannot open {uri}: {e}");
-                named.push((
-                    ERROR_TXT.into(),
-                    NodeKind::File(FileKind::ErrorText(message.into())),
-                ));
-            }
-        }
+    /// Lists a directory and gives every entry an inode.
+    fn make_listing(&self, kind: &NodeKind) -> Listing {
+        let named = match kind {
+            NodeKind::Object { uri } => node::object_entries(&self.store, uri),
+            NodeKind::Slices(table) => node::slices_entries(table, self.data.chunk_cells),
+            NodeKind::By(object) => node::by_entries(object),
+            NodeKind::ByColumn(object, column) => node::by_column_entries(object, column),
+            NodeKind::ByValue(table) => node::table_entries(table),
+            NodeKind::File(_) => Vec::new(),
+        };
         let mut listing = Listing {
             entries: Vec::with_capacity(named.len()),
             by_name: HashMap::with_capacity(named.len()),
@@ -425,7 +248,7 @@ impl Tree {
         for (name, kind) in named {
             if listing.by_name.contains_key(&name) {
                 // Members come first, so a member keeps its name over a generated file.
-                warn!("{uri}: two entries are named {name:?}; showing only the first");
+                warn!("two entries are named {name:?}; showing only the first");
                 continue;
             }
             let ino = self.add_node(kind);
@@ -441,6 +264,7 @@ impl Node {
         Arc::new(Node {
             kind,
             listing: OnceLock::new(),
+            found: Mutex::new(HashMap::new()),
             content: OnceLock::new(),
         })
     }

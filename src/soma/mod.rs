@@ -8,7 +8,9 @@
 mod object;
 mod reader;
 mod schema;
+mod slice;
 
 pub use object::{ArrayObject, GroupObject, SomaObject, SomaType, Store};
 pub use reader::{BatchReader, Prefetch, Selection, BATCH_BYTES};
 pub use schema::{arrow_type, Column, SomaSchema};
+pub use slice::chunks;

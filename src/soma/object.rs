@@ -246,7 +246,7 @@ impl Store {
             .enumerate()
             .map(|(i, dim)| array.non_empty_domain(i as u32, dim))
             .collect::<tiledb::Result<Vec<_>>>()?;
-        let fragments: Vec<Fragment> = FragmentInfo::load(&self.ctx, uri)?
+        let fragments: Vec<Fragment> = FragmentInfo::load(&self.ctx, uri, info.dimensions.first())?
             .into_iter()
             .filter(|f| self.timestamp_ms.is_none_or(|ts| f.timestamp_range.1 <= ts))
             .collect();

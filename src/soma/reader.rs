@@ -39,7 +39,7 @@ pub struct Selection {
     /// Per index column, in order: inclusive ranges to read (empty or missing: all of it).
     pub ranges: Vec<Vec<(Value, Value)>>,
     /// Only rows whose column holds this label (`None`: a null), for enumerated columns.
-    pub equals: Option<(String, Option<String>)>,
+    pub equals: Option<(String, Option<Value>)>,
 }
 
 /// Bytes per batch: the memory one reader holds in TileDB buffers at a time.
@@ -175,11 +175,17 @@ impl BatchReader {
             }
         }
         let condition = match &selection.equals {
-            Some((name, label)) => Some(QueryCondition::equals(
-                &handle,
-                name,
-                label.as_deref().map(str::as_bytes),
-            )?),
+            Some((name, label)) => {
+                // The label in the enumeration's own type: text, or a native value.
+                let datatype = columns
+                    .iter()
+                    .find(|c| &c.name == name)
+                    .and_then(|c| c.enumeration.as_ref())
+                    .map(|e| e.datatype)
+                    .ok_or_else(|| tiledb::Error::new(format!("{name} is not enumerated")))?;
+                let bytes = label.as_ref().map(|v| v.to_native(datatype)).transpose()?;
+                Some(QueryCondition::equals(&handle, name, bytes.as_deref())?)
+            }
             None => None,
         };
         let specs: Vec<ColumnSpec> = columns
@@ -247,7 +253,10 @@ impl BatchReader {
             bands,
             ready: VecDeque::new(),
         };
-        if reader.runs.is_empty() {
+        if selection.is_empty() {
+            // A range outside the domain: nothing to read.
+            reader.runs = VecDeque::from([(1, 0)]);
+        } else if reader.runs.is_empty() {
             reader.query = Some(reader.new_query(None)?);
         }
         Ok(reader)

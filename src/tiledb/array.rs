@@ -111,11 +111,13 @@ pub struct EnumerationInfo {
 }
 
 /// One fragment of an array.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Fragment {
     pub uri: String,
     pub cell_num: u64,
     pub timestamp_range: (u64, u64),
+    /// The range of the first dimension the fragment's cells cover (fixed-size dimensions).
+    pub first_dimension: Option<Bounds>,
 }
 
 /// The order of tiles, or of cells within a tile.
@@ -552,8 +554,13 @@ impl Enumeration {
 }
 
 impl FragmentInfo {
-    /// Loads the fragment list of the array at `uri`.
-    pub fn load(ctx: &Context, uri: &str) -> Result<Vec<Fragment>> {
+    /// Loads the fragment list of the array at `uri`; `first_dimension` is the array's first
+    /// dimension, whose range each fragment covers is read when it is fixed-size.
+    pub fn load(
+        ctx: &Context,
+        uri: &str,
+        first_dimension: Option<&DimensionInfo>,
+    ) -> Result<Vec<Fragment>> {
         let c_uri = c_string(uri)?;
         let mut raw = ptr::null_mut();
         tiledb_call!(ctx, tiledb_fragment_info_alloc(c_uri.as_ptr(), &mut raw))?;
@@ -581,11 +588,28 @@ impl FragmentInfo {
                     ctx,
                     tiledb_fragment_info_get_timestamp_range(info.raw, fid, &mut start, &mut end)
                 )?;
+                let first_dimension = match first_dimension {
+                    Some(dim) if dim.cell_val_num != VAR_NUM => {
+                        let mut buf = vec![0u8; 2 * dim.datatype.size()];
+                        tiledb_call!(
+                            ctx,
+                            tiledb_fragment_info_get_non_empty_domain_from_index(
+                                info.raw,
+                                fid,
+                                0,
+                                buf.as_mut_ptr() as *mut c_void
+                            )
+                        )?;
+                        Some(bounds_from_bytes(dim.datatype, &buf)?)
+                    }
+                    _ => None,
+                };
                 Ok(Fragment {
                     // SAFETY: the URI is a NUL-terminated string owned by the loaded info.
                     uri: unsafe { copy_c_str(uri) },
                     cell_num,
                     timestamp_range: (start, end),
+                    first_dimension,
                 })
             })
             .collect()

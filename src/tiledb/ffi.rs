@@ -450,6 +450,13 @@ extern "C" {
         fid: u32,
         cell_num: *mut u64,
     ) -> capi_return_t;
+    pub fn tiledb_fragment_info_get_non_empty_domain_from_index(
+        ctx: *mut tiledb_ctx_t,
+        fragment_info: *mut tiledb_fragment_info_t,
+        fid: u32,
+        did: u32,
+        domain: *mut c_void,
+    ) -> capi_return_t;
     pub fn tiledb_fragment_info_get_timestamp_range(
         ctx: *mut tiledb_ctx_t,
         fragment_info: *mut tiledb_fragment_info_t,

@@ -1,0 +1,115 @@
+//! Opening data files: from the content cache when generated before; else generated whole
+//! now (small files, Parquet, `--exact-sizes`), or streamed while a generator writes them.
+
+use std::io;
+use std::sync::Arc;
+
+use log::error;
+
+use crate::format::{self, TableFormat};
+use crate::soma::{ArrayObject, BatchReader, Prefetch, Selection, Store, BATCH_BYTES};
+
+use super::cache::{CacheKey, ContentCache};
+use super::node::Table;
+use super::open_file::{OpenFile, Stream};
+use super::tree::{FsError, FsResult};
+
+/// How data files are generated and cached (the command line's options).
+pub struct DataOptions {
+    pub cache: Arc<ContentCache>,
+    /// Data files estimated below this size are generated whole when opened.
+    pub materialize_limit: u64,
+    /// Generate every data file whole when opened, so every size is exact.
+    pub exact_sizes: bool,
+    /// `slices/` cuts arrays into chunks of about this many stored cells.
+    pub chunk_cells: u64,
+}
+
+/// Logs a failure and makes it `EIO`.
+pub fn io_error(what: &str, e: impl std::fmt::Display) -> FsError {
+    error!("{what}: {e}");
+    FsError::Io(format!("{what}: {e}"))
+}
+
+/// The cache key of a table in a format: the array as of its fragments, and the selection.
+pub fn table_key(table: &Table, format: TableFormat) -> CacheKey {
+    let array = table.array();
+    let timestamp = format!("{:?}", array.read_timestamp_ms);
+    let selection = format!("{:?}", table.selection);
+    let fragments = array.fragments.iter().map(|f| f.uri.as_str());
+    CacheKey::new(
+        [
+            array.uri.as_str(),
+            format.extension(),
+            &selection,
+            &timestamp,
+        ]
+        .into_iter()
+        .chain(fragments),
+    )
+}
+
+/// About how many cells a selection holds (an upper bound: the whole array's count).
+fn estimated_cells(array: &ArrayObject, selection: &Selection) -> u64 {
+    if selection.is_empty() {
+        0
+    } else {
+        array.stored_cells()
+    }
+}
+
+/// Opens a table in a format; the flag says whether it must be read with direct I/O.
+pub fn open_table(
+    store: &Store,
+    options: &DataOptions,
+    table: &Table,
+    format: TableFormat,
+) -> FsResult<(OpenFile, bool)> {
+    let cache = &options.cache;
+    let key = table_key(table, format);
+    if let Some((file, _)) = cache.open_entry(&key) {
+        return Ok((OpenFile::Cached(file), false));
+    }
+    let array = table.array();
+    let estimate = estimated_cells(array, &table.selection)
+        .saturating_mul(format.estimated_row_bytes(&array.schema.arrow()));
+    let whole = format == TableFormat::Parquet
+        || options.exact_sizes
+        || estimate < options.materialize_limit;
+    let what = format!(
+        "{} ({:?} as {})",
+        array.uri,
+        table.selection,
+        format.extension()
+    );
+    let reader = BatchReader::open(store, array, &table.selection, BATCH_BYTES)
+        .map_err(|e| io_error(&what, e))?;
+    let mut reader = Prefetch::start(reader).map_err(|e| io_error(&what, e))?;
+    let schema = reader.schema();
+    let mut next_batch = move || reader.next_batch().map_err(io::Error::other);
+    if !whole {
+        let stream = Stream::start(cache.clone(), key, move |out| {
+            format::write_table(format, schema, &mut next_batch, out)
+        })
+        .map_err(|e| io_error(&what, e))?;
+        return Ok((OpenFile::Streaming(stream), true));
+    }
+    // Generate whole, once even when several open it at the same time.
+    let lock = cache.generation_lock(&key);
+    let _generating = lock.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.size(&key).is_none() {
+        let (pending, file) = cache.begin(&key).map_err(|e| io_error(&what, e))?;
+        let mut out = io::BufWriter::with_capacity(1 << 20, &file);
+        format::write_table(format, schema, &mut next_batch, &mut out)
+            .map_err(|e| io_error(&what, e))?;
+        drop(out);
+        let size = file.metadata().map_err(|e| io_error(&what, e))?.len();
+        cache
+            .commit(pending, size)
+            .map_err(|e| io_error(&what, e))?;
+    }
+    let (file, _) = cache
+        .open_entry(&key)
+        .ok_or_else(|| io_error(&what, "the generated file left the cache at once"))?;
+    Ok((OpenFile::Cached(file), false))
+}

@@ -1,0 +1,310 @@
+//! What each inode stands for, and what each directory lists: the filesystem's decisions,
+//! made from SOMA objects alone, with no inode bookkeeping.
+
+use std::sync::Arc;
+
+use log::warn;
+
+use crate::format::{json, npy, TableFormat};
+use crate::soma::{self, ArrayObject, Selection, SomaObject, Store};
+use crate::tiledb::{Datatype, Value};
+
+use super::names::file_name;
+use super::slice_name::{self, ColumnKind, SliceName, SliceRange};
+
+/// An array's rows, or the part of them a slice or a category selects.
+#[derive(Debug, Clone)]
+pub struct Table {
+    pub object: Arc<SomaObject>,
+    pub selection: Selection,
+}
+
+impl Table {
+    pub fn array(&self) -> &ArrayObject {
+        array_of(&self.object)
+    }
+}
+
+/// The array behind a table or an array's file.
+pub fn array_of(object: &SomaObject) -> &ArrayObject {
+    match object {
+        SomaObject::Array(array) => array,
+        SomaObject::Group(_) => unreachable!("array files are only made for arrays"),
+    }
+}
+
+/// The files soma-mount generates.
+#[derive(Debug, Clone)]
+pub enum FileKind {
+    /// `metadata.json` of an object.
+    Metadata(Arc<SomaObject>),
+    /// `schema.json` of an array.
+    Schema(Arc<SomaObject>),
+    /// `error.txt` of a member that cannot be opened.
+    ErrorText(Arc<str>),
+    /// A table in a format: `data.<ext>`, a slice, a category's rows.
+    Table(Table, TableFormat),
+    /// `data.npy` of a numeric dense array.
+    Npy(Arc<SomaObject>),
+}
+
+/// What an inode stands for.
+#[derive(Debug, Clone)]
+pub enum NodeKind {
+    /// The directory of the object at `uri` (a group, an array, or a member that fails to open).
+    Object {
+        uri: String,
+    },
+    /// `slices/` of a table: its chunks, and any slice by name.
+    Slices(Table),
+    /// `by/` of a data frame: its enumerated columns.
+    By(Arc<SomaObject>),
+    /// `by/<column>/`: the column's labels.
+    ByColumn(Arc<SomaObject>, String),
+    /// `by/<column>/<label>/`: the rows holding the label.
+    ByValue(Table),
+    File(FileKind),
+}
+
+impl NodeKind {
+    pub fn is_dir(&self) -> bool {
+        !matches!(self, NodeKind::File(_))
+    }
+}
+
+/// The name under which null is listed among a column's labels.
+pub const NULL_LABEL: &str = "__null__";
+
+/// How the listing of an object's directory is made: the object opened, or the error.
+pub fn object_entries(store: &Store, uri: &str) -> Vec<(String, NodeKind)> {
+    let object = match store.open(uri) {
+        Ok(object) => Arc::new(object),
+        Err(e) => {
+            warn!("cannot open {uri}: {e}");
+            let message = format!("cannot open {uri}: {e}");
+            return vec![(
+                "error.txt".into(),
+                NodeKind::File(FileKind::ErrorText(message.into())),
+            )];
+        }
+    };
+    let mut named: Vec<(String, NodeKind)> = Vec::new();
+    if let SomaObject::Group(group) = object.as_ref() {
+        for member in &group.members {
+            let uri = member.uri.clone();
+            named.push((file_name(&member.name), NodeKind::Object { uri }));
+        }
+    }
+    named.push((
+        "metadata.json".into(),
+        NodeKind::File(FileKind::Metadata(object.clone())),
+    ));
+    if let SomaObject::Array(array) = object.as_ref() {
+        named.push((
+            "schema.json".into(),
+            NodeKind::File(FileKind::Schema(object.clone())),
+        ));
+        let table = Table {
+            object: object.clone(),
+            selection: Selection::default(),
+        };
+        named.extend(table_entries(&table));
+        if npy_layout(array).is_some() {
+            named.push((
+                "data.npy".into(),
+                NodeKind::File(FileKind::Npy(object.clone())),
+            ));
+        }
+        if array.soma_type.is_dataframe() && enumerated_columns(array).next().is_some() {
+            named.push(("by".into(), NodeKind::By(object.clone())));
+        }
+    }
+    named
+}
+
+/// The files of a table: `data.<ext>` in every format, and `slices/`.
+pub fn table_entries(table: &Table) -> Vec<(String, NodeKind)> {
+    let mut named: Vec<(String, NodeKind)> = TableFormat::ALL
+        .into_iter()
+        .map(|format| {
+            (
+                format!("data.{}", format.extension()),
+                NodeKind::File(FileKind::Table(table.clone(), format)),
+            )
+        })
+        .collect();
+    named.push(("slices".into(), NodeKind::Slices(table.clone())));
+    named
+}
+
+fn enumerated_columns(array: &ArrayObject) -> impl Iterator<Item = &soma::Column> {
+    array
+        .schema
+        .columns
+        .iter()
+        .filter(|c| c.enumeration.is_some())
+}
+
+/// `slices/`: the table cut into chunks of about `chunk_cells` stored cells along the first
+/// index column, each in every format.
+pub fn slices_entries(table: &Table, chunk_cells: u64) -> Vec<(String, NodeKind)> {
+    let array = table.array();
+    let kinds = column_kinds(array);
+    let chunks: Vec<SliceRange> = match soma::chunks(array, chunk_cells) {
+        Some(chunks) => chunks
+            .into_iter()
+            .map(|(lo, hi)| match kinds[0] {
+                ColumnKind::UInt => SliceRange::UInt(lo as u64, hi as u64),
+                _ => SliceRange::Int(lo as i64, hi as i64),
+            })
+            .collect(),
+        // Not an integer column: the whole table is one chunk.
+        None => vec![SliceRange::All],
+    };
+    let mut named = Vec::new();
+    for chunk in chunks {
+        for format in TableFormat::ALL {
+            let mut ranges = vec![SliceRange::All; kinds.len()];
+            ranges[0] = chunk.clone();
+            let slice = SliceName { ranges, format };
+            if let Some(file) = slice_file(table, &slice) {
+                named.push((slice_name::format(&slice), file));
+            }
+        }
+    }
+    named
+}
+
+/// The kind of each index column, for slice names.
+fn column_kinds(array: &ArrayObject) -> Vec<ColumnKind> {
+    array
+        .schema
+        .index_columns()
+        .map(|c| match &c.arrow_type {
+            t if t.is_signed_integer() => ColumnKind::Int,
+            t if t.is_unsigned_integer() => ColumnKind::UInt,
+            t if t.is_floating() => ColumnKind::Float,
+            arrow_schema::DataType::Timestamp(..) => ColumnKind::Int,
+            _ => ColumnKind::Text,
+        })
+        .collect()
+}
+
+/// The file a slice name in `slices/` stands for, if it is one.
+pub fn slice_by_name(table: &Table, name: &str) -> Option<NodeKind> {
+    let slice = slice_name::parse(name, &column_kinds(table.array()))?;
+    slice_file(table, &slice)
+}
+
+/// A slice of a table as a file: its ranges on top of the table's own selection, clipped.
+fn slice_file(table: &Table, slice: &SliceName) -> Option<NodeKind> {
+    let array = table.array();
+    let mut selection = table.selection.clone();
+    selection
+        .ranges
+        .resize(array.schema.index_columns().count(), Vec::new());
+    for (ranges, range) in selection.ranges.iter_mut().zip(&slice.ranges) {
+        let bounds = match range {
+            SliceRange::All => continue,
+            SliceRange::Int(a, b) => (Value::Int(*a), Value::Int(*b)),
+            SliceRange::UInt(a, b) => (Value::UInt(*a), Value::UInt(*b)),
+            SliceRange::Float(a, b) => (Value::Float(*a), Value::Float(*b)),
+            SliceRange::Text(s) => (Value::Text(s.clone()), Value::Text(s.clone())),
+        };
+        *ranges = vec![bounds];
+    }
+    let table = Table {
+        object: table.object.clone(),
+        selection: selection.clipped_to(array),
+    };
+    Some(NodeKind::File(FileKind::Table(table, slice.format)))
+}
+
+/// `by/`: the enumerated columns of a data frame.
+pub fn by_entries(object: &Arc<SomaObject>) -> Vec<(String, NodeKind)> {
+    enumerated_columns(array_of(object))
+        .map(|c| {
+            (
+                file_name(&c.name),
+                NodeKind::ByColumn(object.clone(), c.name.clone()),
+            )
+        })
+        .collect()
+}
+
+/// `by/<column>/`: every label of the column (and `__null__` when it is nullable).
+pub fn by_column_entries(object: &Arc<SomaObject>, column: &str) -> Vec<(String, NodeKind)> {
+    let array = array_of(object);
+    let Some(col) = array.schema.columns.iter().find(|c| c.name == column) else {
+        return Vec::new();
+    };
+    let Some(enumeration) = &col.enumeration else {
+        return Vec::new();
+    };
+    let mut named: Vec<(String, NodeKind)> = enumeration
+        .values
+        .iter()
+        .map(|label| {
+            let text = label_text(label, enumeration.datatype);
+            (
+                file_name(&text),
+                by_value(object, column, Some(label.clone())),
+            )
+        })
+        .collect();
+    if col.nullable {
+        named.push((NULL_LABEL.into(), by_value(object, column, None)));
+    }
+    named
+}
+
+/// A label as the text a CSV shows for it.
+fn label_text(label: &Value, datatype: Datatype) -> String {
+    match label {
+        Value::Text(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        Value::UInt(u) => u.to_string(),
+        Value::Float(f) if datatype == Datatype::Float32 => {
+            ryu::Buffer::new().format(*f as f32).to_owned()
+        }
+        Value::Float(f) => ryu::Buffer::new().format(*f).to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Bytes(b) => b.iter().map(|x| format!("{x:02x}")).collect(),
+    }
+}
+
+fn by_value(object: &Arc<SomaObject>, column: &str, label: Option<Value>) -> NodeKind {
+    NodeKind::ByValue(Table {
+        object: object.clone(),
+        selection: Selection {
+            ranges: Vec::new(),
+            equals: Some((column.to_owned(), label)),
+        },
+    })
+}
+
+/// The `.npy` of a dense array with a numeric value column: header, item size and shape.
+pub fn npy_layout(array: &ArrayObject) -> Option<(Vec<u8>, u64, Vec<u64>)> {
+    if !array.schema.dense {
+        return None;
+    }
+    let shape = array.schema.shape.clone()?;
+    let values = array.schema.columns.iter().rfind(|c| !c.is_index)?;
+    let (descr, size) = npy::dtype(&values.arrow_type)?;
+    Some((npy::header(descr, &shape), size as u64, shape))
+}
+
+impl FileKind {
+    /// The content of a document (data files are generated when opened, elsewhere).
+    pub fn document(&self) -> Option<Vec<u8>> {
+        match self {
+            FileKind::Metadata(object) => Some(json::metadata_json(object.metadata())),
+            FileKind::Schema(object) => {
+                let array = array_of(object);
+                Some(json::schema_json(array, array.stored_cells()))
+            }
+            FileKind::ErrorText(message) => Some(format!("{message}\n").into_bytes()),
+            FileKind::Table(..) | FileKind::Npy(_) => None,
+        }
+    }
+}
