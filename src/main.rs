@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use fuser::{MountOption, SessionACL};
@@ -143,27 +143,64 @@ fn init_logging(cli: &Cli) {
     builder.init();
 }
 
-/// True when `dir` is the mount point of a filesystem (it is on a different device than
-/// its parent, or it is listed in /proc/self/mountinfo).
+/// True when `dir` is listed as a mount point in /proc/self/mountinfo. The path is resolved
+/// through its parent, so that a dead mount (which fails every access) is found too.
 fn is_mounted(dir: &Path) -> bool {
-    let Ok(dir) = dir.canonicalize() else {
+    let Ok(abs) = std::path::absolute(dir) else {
         return false;
+    };
+    let resolved = match (abs.parent().map(Path::canonicalize), abs.file_name()) {
+        (Some(Ok(parent)), Some(name)) => parent.join(name),
+        _ => abs,
     };
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
-    let target = dir.to_string_lossy();
+    let target = resolved.to_string_lossy();
     info.lines()
         .filter_map(|line| line.split(' ').nth(4))
-        .any(|mount_point| mount_point == target)
+        .any(|field| unescape_mountinfo(field) == target)
+}
+
+/// mountinfo writes space, tab, newline and backslash in paths as `\ooo` octal escapes.
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (bytes[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Without `-f`: run the same command in the foreground as a detached child, and return once
-/// it has mounted (0) or failed (its exit code; it has said why on stderr).
-fn daemonize(cli: &Cli) -> ExitCode {
+/// it says it has mounted (0) or has failed (its exit code; it has said why on stderr).
+///
+/// The child's stdout is a pipe to this process: it writes one line there once mounted, and
+/// its end closes when it exits, so this waits on the pipe alone.
+fn daemonize() -> ExitCode {
     let Ok(exe) = std::env::current_exe() else {
         eprintln!("soma-mount: cannot find my own executable");
         return ExitCode::FAILURE;
+    };
+    let (mut ready, ready_writer) = match std::io::pipe() {
+        Ok(pipe) => pipe,
+        Err(e) => {
+            eprintln!("soma-mount: cannot start the daemon: {e}");
+            return ExitCode::FAILURE;
+        }
     };
     let mut command = Command::new(exe);
     command
@@ -171,7 +208,7 @@ fn daemonize(cli: &Cli) -> ExitCode {
         .arg("--foreground")
         .env(DAEMON_ENV, "1")
         .stdin(Stdio::null())
-        .stdout(Stdio::null());
+        .stdout(ready_writer);
     // SAFETY: `setsid` is async-signal-safe and is the only call made between fork and exec.
     unsafe {
         use std::os::unix::process::CommandExt;
@@ -187,34 +224,41 @@ fn daemonize(cli: &Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                return ExitCode::from(status.code().unwrap_or(1).clamp(1, 255) as u8);
-            }
-            Ok(None) if is_mounted(&cli.mountpoint) => return ExitCode::SUCCESS,
-            Ok(None) if Instant::now() > deadline => {
-                eprintln!("soma-mount: the daemon did not mount within 120 s; stopping it");
-                let _ = child.kill();
-                return ExitCode::FAILURE;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => {
-                eprintln!("soma-mount: cannot watch the daemon: {e}");
-                return ExitCode::FAILURE;
-            }
+    // Drop our copy of the writer (moved into `command`), so EOF means the child is gone.
+    drop(command);
+    let mut line = String::new();
+    use std::io::Read;
+    let _ = ready.read_to_string(&mut line);
+    if line.starts_with(READY) {
+        return ExitCode::SUCCESS;
+    }
+    match child.wait() {
+        Ok(status) => ExitCode::from(status.code().unwrap_or(1).clamp(1, 255) as u8),
+        Err(e) => {
+            eprintln!("soma-mount: cannot watch the daemon: {e}");
+            ExitCode::FAILURE
         }
     }
 }
 
-/// Once mounted, a daemon's stderr goes to /dev/null: the caller's terminal or pipe is not
-/// held open by it.
-fn detach_stderr() {
+/// What a daemon writes to its parent once mounted.
+const READY: &str = "mounted";
+
+/// Once mounted, a daemon tells its parent, then lets go of the caller's stdout and stderr
+/// (to /dev/null; the log goes to --log-file), so no terminal or pipe is held open by it.
+fn detach_from_parent() {
+    use std::io::Write;
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "{READY}");
+    let _ = stdout.flush();
     if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
         use std::os::fd::AsRawFd;
-        // SAFETY: both descriptors are valid; dup2 atomically replaces fd 2.
-        unsafe { libc::dup2(null.as_raw_fd(), 2) };
+        // SAFETY: the descriptors are valid; dup2 atomically replaces fds 1 and 2, which
+        // closes the parent's pipe (it sees EOF after the line above).
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 1);
+            libc::dup2(null.as_raw_fd(), 2);
+        }
     }
 }
 
@@ -254,6 +298,28 @@ fn run(cli: Cli) -> ExitCode {
     if let Err(e) = store.open(&uri) {
         eprintln!("soma-mount: cannot open {uri}: {e}");
         return ExitCode::FAILURE;
+    }
+    if is_mounted(&cli.mountpoint) {
+        // After a SIGKILL the kernel keeps a dead FUSE mount: every access says "transport
+        // endpoint is not connected". Such a mount is detached and mounted over; a live one
+        // is left alone.
+        match std::fs::metadata(&cli.mountpoint) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+                warn!(
+                    "{} holds a dead mount (its daemon was killed): detaching it",
+                    cli.mountpoint.display()
+                );
+                lazy_unmount(&cli.mountpoint);
+            }
+            _ => {
+                eprintln!(
+                    "soma-mount: {} is already mounted; unmount it first: umount {}",
+                    cli.mountpoint.display(),
+                    cli.mountpoint.display()
+                );
+                return ExitCode::FAILURE;
+            }
+        }
     }
     if !cli.mountpoint.is_dir() {
         eprintln!(
@@ -319,8 +385,8 @@ fn run(cli: Cli) -> ExitCode {
         }
     };
     info!("mounted {uri} on {}", cli.mountpoint.display());
-    if std::env::var_os(DAEMON_ENV).is_some() && cli.log_file.is_none() {
-        detach_stderr();
+    if std::env::var_os(DAEMON_ENV).is_some() {
+        detach_from_parent();
     }
 
     while !stop.load(Ordering::Relaxed) {
@@ -348,7 +414,7 @@ fn run(cli: Cli) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if !cli.foreground {
-        return daemonize(&cli);
+        return daemonize();
     }
     init_logging(&cli);
     run(cli)
