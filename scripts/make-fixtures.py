@@ -20,6 +20,15 @@ with nulls, extreme integers and timestamps), empty_df (zero rows), empty_sparse
 cells), string_index (string + float index columns), dense_3d_f32 (4x5x6 float32, fully
 written), dense_bool, sparse_u64, sparse_f64.
 
+hand/edge also holds the slices/ and by/ cases (issue 4): labels (a DataFrame indexed
+by a negative-domain int64 column, written in 3 fragments, whose enumerated columns
+have labels with "/", "%", spaces, ".", "..", "", "*", an unused label, and nulls;
+one enumerated column is named "grp/sub"), str_keys (a DataFrame indexed by one string
+column whose keys need slice-name escapes: "*", "a/b", "x,y", "", "%"...),
+frag_sparse (1000 x 40 float32 SparseNDArray written in 4 fragments, rows 500-599
+empty) and frag_dense (120 x 7 int32 DenseNDArray written in 5 fragments, one
+overwriting part of the others).
+
 Deterministic (seeded RNG, fixed values; only libtiledb's timestamps/UUIDs in
 file names differ between runs) and fast (~10 s).
 
@@ -35,6 +44,7 @@ import hashlib
 import os
 import shutil
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -747,6 +757,178 @@ def build_edge(uri, rng):
             )
         )
     link("sparse_f64")
+
+    # slices/ and by/ cases (own RNG, so the arrays above are unchanged).
+    srng = np.random.default_rng(SEED + 4)
+    build_labels_df(os.path.join(uri, "labels"))
+    link("labels")
+    build_str_keys_df(os.path.join(uri, "str_keys"))
+    link("str_keys")
+    build_frag_sparse(os.path.join(uri, "frag_sparse"), srng)
+    link("frag_sparse")
+    build_frag_dense(os.path.join(uri, "frag_dense"), srng)
+    link("frag_dense")
+
+
+# --------------------------------------------------------------------------------------
+# hand/edge: slices/ and by/ cases (issue 4)
+
+# Labels of edge/labels' "label" column, in enumeration order. "unused" is added by
+# schema evolution after the writes (tiledbsoma drops dictionary values no row uses),
+# so it is listed under by/label/ but holds no rows.
+LABELS = [
+    "a/b",
+    "50%",
+    "x%/y",
+    "with space",
+    " padded ",
+    ".",
+    "..",
+    "",
+    "*",
+    "%2F",
+    "comma, here",
+    "\u00fc/\u00df %",
+    "-1",
+    "tab\there",
+]
+LABELS_UNUSED = "unused"
+GRP_LABELS = ["p q", "r%s", "t/u"]
+NUM_LABELS = [-1, 0, 1000]
+# ASCII only: writing a key above 0x7F fails ("outside of the defined current domain").
+STR_KEYS = ["*", "a/b", "50%", "x,y", "", "-", "1-2", "%2F", "plain", "sp ace", "%", "~tilde"]
+
+
+def build_labels_df(uri):
+    """A DataFrame indexed by "pos" (int64, domain [-100, 100], values -30..29),
+    written in 3 fragments of 20 rows, with enumerated columns for by/."""
+    schema = pa.schema(
+        [
+            pa.field("pos", pa.int64(), nullable=False),
+            pa.field("soma_joinid", pa.int64(), nullable=False),
+            pa.field("label", pa.dictionary(pa.int8(), pa.string()), nullable=True),
+            pa.field("grp/sub", pa.dictionary(pa.int16(), pa.large_string()), nullable=False),
+            pa.field("num", pa.dictionary(pa.int8(), pa.int32()), nullable=True),
+            pa.field("val", pa.float64(), nullable=True),
+        ]
+    )
+    n = 60
+
+    def block(lo, hi):
+        pos = np.arange(lo, hi, dtype=np.int64)
+        i = pos + 30
+        label_idx = [None if k % 11 == 4 else int((k * 5) % len(LABELS)) for k in i]
+        num_idx = [None if k % 5 == 1 else int(k % 3) for k in i]
+        return pa.Table.from_pydict(
+            {
+                "pos": pa.array(pos),
+                "soma_joinid": pa.array(i),
+                "label": pa.DictionaryArray.from_arrays(pa.array(label_idx, pa.int8()), pa.array(LABELS, pa.string())),
+                "grp/sub": pa.DictionaryArray.from_arrays(
+                    pa.array((i % 3).astype(np.int16)), pa.array(GRP_LABELS, pa.large_string())
+                ),
+                "num": pa.DictionaryArray.from_arrays(pa.array(num_idx, pa.int8()), pa.array(NUM_LABELS, pa.int32())),
+                "val": pa.array([None if k % 4 == 0 else float(k) / 4 for k in i], pa.float64()),
+            },
+            schema=schema,
+        )
+
+    # Written out of order: the middle block first.
+    with tiledbsoma.DataFrame.create(uri, schema=schema, index_column_names=["pos"], domain=[(-100, 100)]) as df:
+        df.write(block(-10, 10))
+    for lo, hi in ((-30, -10), (10, 30)):
+        time.sleep(0.005)
+        with tiledbsoma.open(uri, "w") as df:
+            df.write(block(lo, hi))
+    assert n == 60
+    # A label no row uses, added by schema evolution (a later timestamp than the writes).
+    time.sleep(0.005)
+    with tiledb.open(uri) as A:
+        enmr = A.enum(A.schema.attr("label").enum_label)
+    se = tiledb.ArraySchemaEvolution(tiledb.default_ctx())
+    se.extend_enumeration(enmr.extend(np.array([LABELS_UNUSED])))
+    se.array_evolve(uri)
+
+
+def build_str_keys_df(uri):
+    """A DataFrame indexed by one string column whose keys need slice-name escapes."""
+    schema = pa.schema(
+        [
+            pa.field("key", pa.large_string(), nullable=False),
+            pa.field("soma_joinid", pa.int64(), nullable=False),
+            pa.field("v", pa.int32(), nullable=True),
+        ]
+    )
+    n = len(STR_KEYS)
+    tbl = pa.Table.from_pydict(
+        {
+            "key": pa.array(STR_KEYS, pa.large_string()),
+            "soma_joinid": pa.array(np.arange(n, dtype=np.int64)),
+            "v": pa.array([None if i == 3 else i * 10 - 20 for i in range(n)], pa.int32()),
+        },
+        schema=schema,
+    )
+    with tiledbsoma.DataFrame.create(uri, schema=schema, index_column_names=["key"], domain=[None]) as df:
+        df.write(tbl)
+
+
+FRAG_SPARSE_SHAPE = (1000, 40)
+FRAG_DENSE_SHAPE = (120, 7)
+
+
+def build_frag_sparse(uri, rng):
+    """A 2-D SparseNDArray written in 4 fragments: three row blocks (rows 500-599
+    never written) and a thin column-39 fragment spanning every block."""
+    nr, nc = FRAG_SPARSE_SHAPE
+    with tiledbsoma.SparseNDArray.create(uri, type=pa.float32(), shape=FRAG_SPARSE_SHAPE):
+        pass
+    for lo, hi in ((0, 250), (250, 500), (600, 1000)):
+        cells = (hi - lo) * (nc - 1)
+        flat = np.sort(rng.choice(cells, size=cells // 5, replace=False))
+        r, c = np.unravel_index(flat, (hi - lo, nc - 1))
+        time.sleep(0.005)
+        with tiledbsoma.open(uri, "w") as a:
+            a.write(
+                pa.Table.from_pydict(
+                    {
+                        "soma_dim_0": pa.array((r + lo).astype(np.int64)),
+                        "soma_dim_1": pa.array(c.astype(np.int64)),
+                        "soma_data": pa.array(rng.normal(size=len(flat)).astype(np.float32)),
+                    }
+                )
+            )
+    rows = np.arange(3, nr, 37, dtype=np.int64)
+    rows = rows[(rows < 500) | (rows >= 600)]
+    time.sleep(0.005)
+    with tiledbsoma.open(uri, "w") as a:
+        a.write(
+            pa.Table.from_pydict(
+                {
+                    "soma_dim_0": pa.array(rows),
+                    "soma_dim_1": pa.array(np.full(len(rows), nc - 1, np.int64)),
+                    "soma_data": pa.array(rows.astype(np.float32) / 8),
+                }
+            )
+        )
+
+
+def build_frag_dense(uri, rng):
+    """A 2-D DenseNDArray written in 4 row blocks of 30 rows, plus a fifth fragment
+    overwriting rows 10-69, columns 2-3."""
+    nr, nc = FRAG_DENSE_SHAPE
+    with tiledbsoma.DenseNDArray.create(uri, type=pa.int32(), shape=FRAG_DENSE_SHAPE):
+        pass
+    for lo in range(0, nr, 30):
+        vals = rng.integers(-1000, 1000, size=(30, nc)).astype(np.int32)
+        time.sleep(0.005)
+        with tiledbsoma.open(uri, "w") as a:
+            a.write((slice(lo, lo + 29), slice(0, nc - 1)), pa.Tensor.from_numpy(vals))
+    time.sleep(0.005)
+    with tiledbsoma.open(uri, "w") as a:
+        a.write(
+            (slice(10, 69), slice(2, 3)),
+            pa.Tensor.from_numpy(np.arange(120, dtype=np.int32).reshape(60, 2) + 5000),
+        )
 
 
 # --------------------------------------------------------------------------------------

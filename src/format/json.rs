@@ -34,8 +34,8 @@ fn bounds_json(b: &Bounds) -> Json {
     Json::Array(vec![value_json(&b.0), value_json(&b.1)])
 }
 
-/// Pretty JSON with a final newline, as a file should end.
-fn to_bytes(doc: &Json) -> Vec<u8> {
+/// A JSON document as a file: pretty, with a final newline.
+pub fn document(doc: &Json) -> Vec<u8> {
     let mut out = serde_json::to_vec_pretty(doc).expect("JSON values always serialise");
     out.push(b'\n');
     out
@@ -53,7 +53,7 @@ pub fn metadata_json(metadata: &Metadata) -> Vec<u8> {
             (key.clone(), value)
         })
         .collect();
-    to_bytes(&Json::Object(doc))
+    document(&Json::Object(doc))
 }
 
 /// The name pyarrow gives an Arrow type (`str(pa.large_string())` is "large_string"), so
@@ -138,7 +138,7 @@ pub fn schema_json(array: &ArrayObject, stored_cells: u64) -> Vec<u8> {
         );
     }
     doc["cell_count"] = json!(stored_cells);
-    to_bytes(&doc)
+    document(&doc)
 }
 
 #[cfg(test)]

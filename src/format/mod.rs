@@ -6,6 +6,7 @@
 pub mod json;
 pub mod npy;
 pub mod parquet;
+pub mod png;
 pub mod text;
 
 use std::io::{self, Write};

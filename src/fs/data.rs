@@ -6,8 +6,11 @@ use std::sync::Arc;
 
 use log::error;
 
+use crate::format::png::{self, ImageAxis};
 use crate::format::{self, TableFormat};
-use crate::soma::{ArrayObject, BatchReader, Prefetch, Selection, Store, BATCH_BYTES};
+use crate::soma::{
+    dense_values, ArrayObject, BatchReader, Prefetch, Selection, Store, BATCH_BYTES,
+};
 
 use super::cache::{CacheKey, ContentCache};
 use super::node::Table;
@@ -94,22 +97,67 @@ pub fn open_table(
         .map_err(|e| io_error(&what, e))?;
         return Ok((OpenFile::Streaming(stream), true));
     }
-    // Generate whole, once even when several open it at the same time.
-    let lock = cache.generation_lock(&key);
+    let generate = |out: &mut (dyn io::Write + Send)| {
+        format::write_table(format, schema, &mut next_batch, out)
+    };
+    open_whole(cache, &key, &what, generate).map(|file| (file, false))
+}
+
+/// Opens the cache entry for `key`, generating it whole first if there is none (once, even
+/// when several open it at the same time).
+fn open_whole(
+    cache: &ContentCache,
+    key: &CacheKey,
+    what: &str,
+    generate: impl FnOnce(&mut (dyn io::Write + Send)) -> io::Result<()>,
+) -> FsResult<OpenFile> {
+    let lock = cache.generation_lock(key);
     let _generating = lock.lock().unwrap_or_else(|e| e.into_inner());
-    if cache.size(&key).is_none() {
-        let (pending, file) = cache.begin(&key).map_err(|e| io_error(&what, e))?;
+    if cache.size(key).is_none() {
+        let (pending, file) = cache.begin(key).map_err(|e| io_error(what, e))?;
         let mut out = io::BufWriter::with_capacity(1 << 20, &file);
-        format::write_table(format, schema, &mut next_batch, &mut out)
-            .map_err(|e| io_error(&what, e))?;
+        generate(&mut out).map_err(|e| io_error(what, e))?;
+        io::Write::flush(&mut out).map_err(|e| io_error(what, e))?;
         drop(out);
-        let size = file.metadata().map_err(|e| io_error(&what, e))?.len();
-        cache
-            .commit(pending, size)
-            .map_err(|e| io_error(&what, e))?;
+        let size = file.metadata().map_err(|e| io_error(what, e))?.len();
+        cache.commit(pending, size).map_err(|e| io_error(what, e))?;
     }
     let (file, _) = cache
-        .open_entry(&key)
-        .ok_or_else(|| io_error(&what, "the generated file left the cache at once"))?;
-    Ok((OpenFile::Cached(file), false))
+        .open_entry(key)
+        .ok_or_else(|| io_error(what, "the generated file left the cache at once"))?;
+    Ok(OpenFile::Cached(file))
+}
+
+/// The cache key of a level's PNG.
+fn png_key(level: &ArrayObject) -> CacheKey {
+    let timestamp = format!("{:?}", level.read_timestamp_ms);
+    let fragments = level.fragments.iter().map(|f| f.uri.as_str());
+    CacheKey::new(
+        [level.uri.as_str(), "png", &timestamp]
+            .into_iter()
+            .chain(fragments),
+    )
+}
+
+/// Opens a multiscale image level as PNG, generated whole (a PNG is written in one go).
+pub fn open_png(
+    store: &Store,
+    options: &DataOptions,
+    level: &ArrayObject,
+    axes: &[ImageAxis],
+) -> FsResult<OpenFile> {
+    let what = format!("{} as PNG", level.uri);
+    let generate = |out: &mut (dyn io::Write + Send)| {
+        let values = dense_values(store, level, None).map_err(io::Error::other)?;
+        let shape = level.schema.shape.clone().unwrap_or_default();
+        let value_type = level
+            .schema
+            .columns
+            .iter()
+            .rfind(|c| !c.is_index)
+            .map(|c| c.arrow_type.clone())
+            .ok_or_else(|| io::Error::other("the level has no value column"))?;
+        out.write_all(&png::encode(&values, &shape, &value_type, axes)?)
+    };
+    open_whole(&options.cache, &png_key(level), &what, generate)
 }

@@ -5,8 +5,11 @@ use std::sync::Arc;
 
 use log::warn;
 
+use crate::format::png::{ImageAxis, PngLayout};
 use crate::format::{json, npy, TableFormat};
-use crate::soma::{self, ArrayObject, Selection, SomaObject, Store};
+use arrow_schema::DataType;
+
+use crate::soma::{self, spatial, ArrayObject, Selection, SomaObject, Store};
 use crate::tiledb::{Datatype, Value};
 
 use super::names::file_name;
@@ -46,6 +49,19 @@ pub enum FileKind {
     Table(Table, TableFormat),
     /// `data.npy` of a numeric dense array.
     Npy(Arc<SomaObject>),
+    /// A spatial object's decoded JSON: `coordinate_space.json`, `transforms.json`,
+    /// `image.json`.
+    Spatial(Arc<SomaObject>, SpatialDoc),
+    /// `level_<n>.png`: one level (a dense array) of a multiscale image as a picture.
+    Png(Arc<SomaObject>, Vec<ImageAxis>),
+}
+
+/// Which spatial document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpatialDoc {
+    CoordinateSpace,
+    Transforms,
+    Image,
 }
 
 /// What an inode stands for.
@@ -99,6 +115,7 @@ pub fn object_entries(store: &Store, uri: &str) -> Vec<(String, NodeKind)> {
         "metadata.json".into(),
         NodeKind::File(FileKind::Metadata(object.clone())),
     ));
+    named.extend(spatial_entries(store, &object));
     if let SomaObject::Array(array) = object.as_ref() {
         named.push((
             "schema.json".into(),
@@ -120,6 +137,81 @@ pub fn object_entries(store: &Store, uri: &str) -> Vec<(String, NodeKind)> {
         }
     }
     named
+}
+
+/// The spatial documents of an object, and the PNG of each level of an image.
+fn spatial_entries(store: &Store, object: &Arc<SomaObject>) -> Vec<(String, NodeKind)> {
+    let metadata = object.metadata();
+    let mut named = Vec::new();
+    let doc = |d| NodeKind::File(FileKind::Spatial(object.clone(), d));
+    if spatial::coordinate_space(metadata).is_some() {
+        named.push((
+            "coordinate_space.json".into(),
+            doc(SpatialDoc::CoordinateSpace),
+        ));
+    }
+    if spatial::transforms(metadata).is_some() {
+        named.push(("transforms.json".into(), doc(SpatialDoc::Transforms)));
+    }
+    let (SomaObject::Group(group), Some(image)) =
+        (object.as_ref(), spatial::image_schema(metadata))
+    else {
+        return named;
+    };
+    named.push(("image.json".into(), doc(SpatialDoc::Image)));
+    let Ok(image) = image else {
+        return named;
+    };
+    let Some(axes) = image_axes(&image) else {
+        return named;
+    };
+    for (n, level) in image.levels.iter().enumerate() {
+        let Some(member) = group.members.iter().find(|m| m.name == level.name) else {
+            continue;
+        };
+        match store.open(&member.uri) {
+            Ok(SomaObject::Array(level)) if png_layout(&level, &axes).is_none() => {
+                warn!("{}: image level {} cannot be drawn", group.uri, member.name)
+            }
+            Ok(level) if matches!(level, SomaObject::Array(_)) => {
+                named.push((
+                    format!("level_{n}.png"),
+                    NodeKind::File(FileKind::Png(Arc::new(level), axes.clone())),
+                ));
+            }
+            Ok(_) => warn!("{}: image level {} is not an array", group.uri, member.name),
+            Err(e) => warn!(
+                "{}: cannot open image level {}: {e}",
+                group.uri, member.name
+            ),
+        }
+    }
+    named
+}
+
+/// What each dimension of an image's levels holds, from the image schema: 2 spatial axes
+/// (x, y) and maybe a channel axis. Images of other shapes are not drawn.
+fn image_axes(image: &spatial::ImageSchema) -> Option<Vec<ImageAxis>> {
+    let spatial_axes = 2;
+    let permutation = match image.axis_permutation() {
+        Some(p) => p,
+        // No permutation: (y, x), or (channel, y, x) as the spec stores them by default.
+        None if image.has_channel_axis() => vec![spatial_axes, 1, 0],
+        None => vec![1, 0],
+    };
+    let expected = spatial_axes + usize::from(image.has_channel_axis());
+    if permutation.len() != expected {
+        return None;
+    }
+    permutation
+        .iter()
+        .map(|&axis| match axis {
+            0 => Some(ImageAxis::X),
+            1 => Some(ImageAxis::Y),
+            a if a == spatial_axes && image.has_channel_axis() => Some(ImageAxis::Channel),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The files of a table: `data.<ext>` in every format, and `slices/`.
@@ -283,6 +375,14 @@ fn by_value(object: &Arc<SomaObject>, column: &str, label: Option<Value>) -> Nod
     })
 }
 
+/// The PNG of an image level: its value type and layout (whose size needs no data).
+pub fn png_layout(level: &ArrayObject, axes: &[ImageAxis]) -> Option<(DataType, PngLayout)> {
+    let shape = level.schema.shape.clone()?;
+    let values = level.schema.columns.iter().rfind(|c| !c.is_index)?;
+    let layout = PngLayout::new(&shape, &values.arrow_type, axes).ok()?;
+    Some((values.arrow_type.clone(), layout))
+}
+
 /// The `.npy` of a dense array with a numeric value column: header, item size and shape.
 pub fn npy_layout(array: &ArrayObject) -> Option<(Vec<u8>, u64, Vec<u64>)> {
     if !array.schema.dense {
@@ -295,16 +395,32 @@ pub fn npy_layout(array: &ArrayObject) -> Option<(Vec<u8>, u64, Vec<u64>)> {
 }
 
 impl FileKind {
-    /// The content of a document (data files are generated when opened, elsewhere).
-    pub fn document(&self) -> Option<Vec<u8>> {
-        match self {
-            FileKind::Metadata(object) => Some(json::metadata_json(object.metadata())),
+    /// The content of a document, or why it cannot be made; `None` for data files, which
+    /// are generated when opened.
+    pub fn document(&self) -> Option<Result<Vec<u8>, String>> {
+        Some(Ok(match self {
+            FileKind::Metadata(object) => json::metadata_json(object.metadata()),
             FileKind::Schema(object) => {
                 let array = array_of(object);
-                Some(json::schema_json(array, array.stored_cells()))
+                json::schema_json(array, array.stored_cells())
             }
-            FileKind::ErrorText(message) => Some(format!("{message}\n").into_bytes()),
-            FileKind::Table(..) | FileKind::Npy(_) => None,
-        }
+            FileKind::ErrorText(message) => format!("{message}\n").into_bytes(),
+            FileKind::Spatial(object, doc) => {
+                let metadata = object.metadata();
+                let decoded = match doc {
+                    SpatialDoc::CoordinateSpace => spatial::coordinate_space(metadata),
+                    SpatialDoc::Transforms => spatial::transforms(metadata),
+                    SpatialDoc::Image => {
+                        spatial::image_schema(metadata).map(|r| r.map(|i| i.to_json()))
+                    }
+                };
+                match decoded {
+                    Some(Ok(doc)) => json::document(&doc),
+                    Some(Err(e)) => return Some(Err(format!("{}: {e}", object.uri()))),
+                    None => return Some(Err(format!("{}: no such document", object.uri()))),
+                }
+            }
+            FileKind::Table(..) | FileKind::Npy(_) | FileKind::Png(..) => return None,
+        }))
     }
 }

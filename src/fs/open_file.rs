@@ -7,10 +7,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Condvar, Mutex};
 
-use arrow_array::{Array as _, BooleanArray};
-
-use crate::soma::{BatchReader, Selection, SomaObject, Store, BATCH_BYTES};
-use crate::tiledb::Value;
+use crate::soma::{dense_values, SomaObject, Store};
 
 use super::cache::{CacheKey, ContentCache};
 use super::node::array_of;
@@ -268,37 +265,6 @@ impl NpyFile {
 
     /// The values of rows `first..=last` of the first dimension, in C order.
     fn read_rows(&self, store: &Store, first: u64, last: u64) -> io::Result<Vec<u8>> {
-        let array = array_of(&self.object);
-        let lo = match array
-            .schema
-            .index_columns()
-            .next()
-            .and_then(|c| c.domain.clone())
-        {
-            Some((Value::Int(lo), _)) => lo,
-            _ => 0,
-        };
-        let selection = Selection {
-            ranges: vec![vec![(
-                Value::Int(lo + first as i64),
-                Value::Int(lo + last as i64),
-            )]],
-            equals: None,
-        };
-        let mut reader =
-            BatchReader::open(store, array, &selection, BATCH_BYTES).map_err(io::Error::other)?;
-        let mut out = Vec::new();
-        while let Some(batch) = reader.next_batch().map_err(io::Error::other)? {
-            let values = batch.column(batch.num_columns() - 1);
-            if let Some(bools) = values.as_any().downcast_ref::<BooleanArray>() {
-                out.extend(bools.values().iter().map(u8::from));
-            } else {
-                let data = values.to_data();
-                let width = self.item_size as usize;
-                let start = data.offset() * width;
-                out.extend_from_slice(&data.buffers()[0][start..start + data.len() * width]);
-            }
-        }
-        Ok(out)
+        dense_values(store, array_of(&self.object), Some((first, last))).map_err(io::Error::other)
     }
 }

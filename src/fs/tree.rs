@@ -15,7 +15,7 @@ use log::warn;
 
 use crate::soma::Store;
 
-use super::data::{io_error, open_table, table_key, DataOptions};
+use super::data::{io_error, open_png, open_table, table_key, DataOptions};
 use super::node::{self, array_of, FileKind, NodeKind};
 use super::open_file::{NpyFile, OpenFile};
 
@@ -115,6 +115,9 @@ impl Tree {
             NodeKind::File(FileKind::Table(table, format)) => {
                 self.data.cache.size(&table_key(table, *format))
             }
+            NodeKind::File(FileKind::Png(level, axes)) => {
+                node::png_layout(array_of(level), axes).map(|(_, layout)| layout.file_size())
+            }
             NodeKind::File(FileKind::Npy(object)) => {
                 node::npy_layout(array_of(object)).map(|(header, item, shape)| {
                     header.len() as u64 + shape.iter().product::<u64>() * item
@@ -170,7 +173,11 @@ impl Tree {
             return Err(FsError::IsADirectory);
         };
         node.content
-            .get_or_init(|| file.document().map(Arc::from).ok_or(FsError::IsADirectory))
+            .get_or_init(|| match file.document() {
+                Some(Ok(bytes)) => Ok(Arc::from(bytes)),
+                Some(Err(e)) => Err(io_error("cannot make a document", e)),
+                None => Err(FsError::IsADirectory),
+            })
             .clone()
     }
 
@@ -182,6 +189,10 @@ impl Tree {
         };
         let (open_file, direct_io) = match file {
             FileKind::Table(table, format) => open_table(&self.store, &self.data, table, *format)?,
+            FileKind::Png(level, axes) => (
+                open_png(&self.store, &self.data, array_of(level), axes)?,
+                false,
+            ),
             FileKind::Npy(object) => {
                 let (header, item, shape) =
                     node::npy_layout(array_of(object)).ok_or(FsError::NotFound)?;

@@ -9,8 +9,9 @@ mod object;
 mod reader;
 mod schema;
 mod slice;
+pub mod spatial;
 
 pub use object::{ArrayObject, GroupObject, SomaObject, SomaType, Store};
-pub use reader::{BatchReader, Prefetch, Selection, BATCH_BYTES};
+pub use reader::{dense_values, BatchReader, Prefetch, Selection, BATCH_BYTES};
 pub use schema::{arrow_type, Column, SomaSchema};
 pub use slice::chunks;

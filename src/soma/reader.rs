@@ -506,6 +506,45 @@ impl Prefetch {
     }
 }
 
+/// The values of a dense array in C order, as native bytes (bool as one byte each): all of
+/// it, or rows `first..=last` of its first dimension (counted from the domain's start).
+pub fn dense_values(
+    store: &Store,
+    array: &ArrayObject,
+    rows: Option<(u64, u64)>,
+) -> tiledb::Result<Vec<u8>> {
+    let mut selection = Selection::default();
+    if let Some((first, last)) = rows {
+        let lo = match array
+            .schema
+            .index_columns()
+            .next()
+            .and_then(|c| c.domain.clone())
+        {
+            Some((Value::Int(lo), _)) => lo,
+            _ => 0,
+        };
+        selection.ranges = vec![vec![(
+            Value::Int(lo + first as i64),
+            Value::Int(lo + last as i64),
+        )]];
+    }
+    let mut reader = BatchReader::open(store, array, &selection, BATCH_BYTES)?;
+    let mut out = Vec::new();
+    while let Some(batch) = reader.next_batch()? {
+        let values = batch.column(batch.num_columns() - 1);
+        if let Some(bools) = values.as_any().downcast_ref::<BooleanArray>() {
+            out.extend(bools.values().iter().map(u8::from));
+        } else {
+            let data = values.to_data();
+            let width = data.data_type().primitive_width().unwrap_or(1);
+            let start = data.offset() * width;
+            out.extend_from_slice(&data.buffers()[0][start..start + data.len() * width]);
+        }
+    }
+    Ok(out)
+}
+
 /// An enumeration's labels as an Arrow array of the dictionary's value type.
 fn labels_array(e: &EnumerationInfo) -> tiledb::Result<ArrayRef> {
     let array: ArrayRef = if e.datatype.is_string() {
