@@ -4,6 +4,7 @@
 //! NumPy `.npy` ([`npy`]).
 
 pub mod json;
+pub mod mtx;
 pub mod npy;
 pub mod parquet;
 pub mod png;

@@ -7,13 +7,14 @@ use std::sync::Arc;
 use log::error;
 
 use crate::format::png::{self, ImageAxis};
-use crate::format::{self, TableFormat};
+use crate::format::{self, mtx, TableFormat};
+use crate::soma::tenx::{Positions, TenxLayer};
 use crate::soma::{
     dense_values, ArrayObject, BatchReader, Prefetch, Selection, Store, BATCH_BYTES,
 };
 
 use super::cache::{CacheKey, ContentCache};
-use super::node::Table;
+use super::node::{Table, TenxFile};
 use super::open_file::{OpenFile, Stream};
 use super::tree::{FsError, FsResult};
 
@@ -160,4 +161,84 @@ pub fn open_png(
         out.write_all(&png::encode(&values, &shape, &value_type, axes)?)
     };
     open_whole(&options.cache, &png_key(level), &what, generate)
+}
+
+/// The cache key of a matrix directory's file: obs, var and the layer as of their fragments,
+/// the category, and which file.
+pub fn tenx_key(layer: &TenxLayer, file: TenxFile) -> CacheKey {
+    let mut parts: Vec<String> = vec![format!("{file:?}"), format!("{:?}", layer.cells)];
+    for array in [&layer.obs, &layer.var, &layer.x] {
+        parts.push(array.uri.clone());
+        parts.push(format!("{:?}", array.read_timestamp_ms));
+        parts.extend(array.fragments.iter().map(|f| f.uri.clone()));
+    }
+    CacheKey::new(parts.iter().map(String::as_str))
+}
+
+/// Opens a file of a matrix directory, generated whole (the matrix's header counts its
+/// entries, so it is written after them).
+pub fn open_tenx(
+    store: &Store,
+    options: &DataOptions,
+    layer: &TenxLayer,
+    file: TenxFile,
+) -> FsResult<OpenFile> {
+    let what = format!("{} as 10x {file:?}", layer.x.uri);
+    let cache = &options.cache;
+    let generate = |out: &mut (dyn io::Write + Send)| -> io::Result<()> {
+        let backend = io::Error::other;
+        match file {
+            TenxFile::Barcodes => {
+                let barcodes = layer.barcodes(store).map_err(backend)?;
+                mtx::write_barcodes(barcodes.iter().map(|(_, b)| b.as_str()), out)
+            }
+            TenxFile::Features => {
+                let features = layer.features(store).map_err(backend)?;
+                mtx::write_features(
+                    features
+                        .iter()
+                        .map(|(_, id, name)| (id.as_str(), name.as_str())),
+                    out,
+                )
+            }
+            TenxFile::Matrix => {
+                let barcodes = layer.barcodes(store).map_err(backend)?;
+                let features = layer.features(store).map_err(backend)?;
+                let cell_ids: Vec<i64> = barcodes.iter().map(|(id, _)| *id).collect();
+                let cell_positions = Positions::new(cell_ids.clone());
+                let feature_positions = Positions::new(features.iter().map(|f| f.0).collect());
+                // The entries go to a scratch file first: the header counts them.
+                let scratch_key = CacheKey::new(["matrix entries", &what]);
+                let (_scratch, body) = cache.begin(&scratch_key)?;
+                let mut body_out = io::BufWriter::with_capacity(1 << 20, &body);
+                let mut entries = 0u64;
+                let mut buf = Vec::with_capacity(1 << 20);
+                layer
+                    .entries(store, &cell_ids, |cells, genes, values| {
+                        buf.clear();
+                        entries += mtx::write_entries(
+                            genes.iter().map(|&g| feature_positions.get(g)),
+                            cells.iter().map(|&c| cell_positions.get(c)),
+                            values,
+                            &mut buf,
+                        )?;
+                        io::Write::write_all(&mut body_out, &buf)
+                    })
+                    .map_err(backend)?;
+                io::Write::flush(&mut body_out)?;
+                drop(body_out);
+                mtx::write_matrix_header(
+                    layer.is_integer(),
+                    feature_positions.len(),
+                    cell_positions.len(),
+                    entries,
+                    out,
+                )?;
+                let mut body = &body;
+                io::Seek::rewind(&mut body)?;
+                io::copy(&mut body, &mut *out).map(|_| ())
+            }
+        }
+    };
+    open_whole(cache, &tenx_key(layer, file), &what, generate)
 }

@@ -9,7 +9,8 @@ use crate::format::png::{ImageAxis, PngLayout};
 use crate::format::{json, npy, TableFormat};
 use arrow_schema::DataType;
 
-use crate::soma::{self, spatial, ArrayObject, Selection, SomaObject, Store};
+use crate::soma::tenx::TenxLayer;
+use crate::soma::{self, spatial, ArrayObject, Selection, SomaObject, SomaType, Store};
 use crate::tiledb::{Datatype, Value};
 
 use super::names::file_name;
@@ -54,6 +55,16 @@ pub enum FileKind {
     Spatial(Arc<SomaObject>, SpatialDoc),
     /// `level_<n>.png`: one level (a dense array) of a multiscale image as a picture.
     Png(Arc<SomaObject>, Vec<ImageAxis>),
+    /// A file of a Cell Ranger matrix directory.
+    Tenx(Arc<TenxLayer>, TenxFile),
+}
+
+/// Which file of a matrix directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenxFile {
+    Matrix,
+    Features,
+    Barcodes,
 }
 
 /// Which spatial document.
@@ -68,9 +79,22 @@ pub enum SpatialDoc {
 #[derive(Debug, Clone)]
 pub enum NodeKind {
     /// The directory of the object at `uri` (a group, an array, or a member that fails to open).
+    /// `obs` is the enclosing experiment's obs, for the measurements under its `ms`.
     Object {
         uri: String,
+        obs: Option<Arc<str>>,
     },
+    /// `10x/` of a measurement: its layers.
+    Tenx {
+        measurement: Arc<SomaObject>,
+        obs: Arc<str>,
+    },
+    /// `10x/<layer>/` (or a category of it): a Cell Ranger matrix directory.
+    TenxLayer(Arc<TenxLayer>),
+    /// `10x/<layer>/by/`: the obs columns to split the cells by.
+    TenxBy(Arc<TenxLayer>),
+    /// `10x/<layer>/by/<column>/`: the column's labels.
+    TenxByColumn(Arc<TenxLayer>, String),
     /// `slices/` of a table: its chunks, and any slice by name.
     Slices(Table),
     /// `by/` of a data frame: its enumerated columns.
@@ -92,7 +116,7 @@ impl NodeKind {
 pub const NULL_LABEL: &str = "__null__";
 
 /// How the listing of an object's directory is made: the object opened, or the error.
-pub fn object_entries(store: &Store, uri: &str) -> Vec<(String, NodeKind)> {
+pub fn object_entries(store: &Store, uri: &str, obs: Option<&Arc<str>>) -> Vec<(String, NodeKind)> {
     let object = match store.open(uri) {
         Ok(object) => Arc::new(object),
         Err(e) => {
@@ -106,9 +130,24 @@ pub fn object_entries(store: &Store, uri: &str) -> Vec<(String, NodeKind)> {
     };
     let mut named: Vec<(String, NodeKind)> = Vec::new();
     if let SomaObject::Group(group) = object.as_ref() {
+        // An experiment's obs is what the measurements under its `ms` describe cells with.
+        let experiment_obs = (group.soma_type == SomaType::Experiment)
+            .then(|| group.members.iter().find(|m| m.name == "obs"))
+            .flatten()
+            .map(|m| Arc::<str>::from(m.uri.as_str()));
         for member in &group.members {
+            let obs = match (&experiment_obs, group.soma_type) {
+                (Some(obs), _) if member.name == "ms" => Some(obs.clone()),
+                (None, SomaType::Collection) => obs.cloned(),
+                _ => None,
+            };
             let uri = member.uri.clone();
-            named.push((file_name(&member.name), NodeKind::Object { uri }));
+            named.push((file_name(&member.name), NodeKind::Object { uri, obs }));
+        }
+        if let (SomaType::Measurement, Some(obs)) = (group.soma_type, obs) {
+            let measurement = object.clone();
+            let obs = obs.clone();
+            named.push(("10x".into(), NodeKind::Tenx { measurement, obs }));
         }
     }
     named.push((
@@ -326,28 +365,117 @@ pub fn by_entries(object: &Arc<SomaObject>) -> Vec<(String, NodeKind)> {
 
 /// `by/<column>/`: every label of the column (and `__null__` when it is nullable).
 pub fn by_column_entries(object: &Arc<SomaObject>, column: &str) -> Vec<(String, NodeKind)> {
-    let array = array_of(object);
+    labels(array_of(object), column)
+        .into_iter()
+        .map(|(name, label)| (name, by_value(object, column, label)))
+        .collect()
+}
+
+/// `10x/`: every sparse layer of the measurement's `X` (opening obs, var and each layer).
+pub fn tenx_entries(store: &Store, measurement: &SomaObject, obs: &str) -> Vec<(String, NodeKind)> {
+    let SomaObject::Group(group) = measurement else {
+        return Vec::new();
+    };
+    let member = |name: &str| group.members.iter().find(|m| m.name == name);
+    let open_array = |uri: &str| match store.open(uri) {
+        Ok(SomaObject::Array(array)) => Some(Arc::new(array)),
+        Ok(_) => None,
+        Err(e) => {
+            warn!("10x: cannot open {uri}: {e}");
+            None
+        }
+    };
+    let (Some(var), Some(x)) = (member("var"), member("X")) else {
+        return Vec::new();
+    };
+    let (Some(obs), Some(var)) = (open_array(obs), open_array(&var.uri)) else {
+        return Vec::new();
+    };
+    let layers = match store.open(&x.uri) {
+        Ok(SomaObject::Group(x)) => x.members,
+        _ => return Vec::new(),
+    };
+    layers
+        .iter()
+        .filter_map(|layer| {
+            let x = open_array(&layer.uri)?;
+            let two_d = x.schema.index_columns().count() == 2;
+            (x.soma_type == SomaType::SparseNDArray && two_d).then(|| {
+                let layer_dir = TenxLayer {
+                    obs: obs.clone(),
+                    var: var.clone(),
+                    x,
+                    cells: None,
+                };
+                (
+                    file_name(&layer.name),
+                    NodeKind::TenxLayer(Arc::new(layer_dir)),
+                )
+            })
+        })
+        .collect()
+}
+
+/// A matrix directory: the three files (with `genes.tsv` and `features.tsv` both), and `by/`
+/// for a whole layer whose obs has enumerated columns.
+pub fn tenx_layer_entries(layer: &Arc<TenxLayer>) -> Vec<(String, NodeKind)> {
+    let file = |f| NodeKind::File(FileKind::Tenx(layer.clone(), f));
+    let mut named = vec![
+        ("matrix.mtx".into(), file(TenxFile::Matrix)),
+        ("genes.tsv".into(), file(TenxFile::Features)),
+        ("features.tsv".into(), file(TenxFile::Features)),
+        ("barcodes.tsv".into(), file(TenxFile::Barcodes)),
+    ];
+    if layer.cells.is_none() && enumerated_columns(&layer.obs).next().is_some() {
+        named.push(("by".into(), NodeKind::TenxBy(layer.clone())));
+    }
+    named
+}
+
+/// `10x/<layer>/by/`: obs's enumerated columns.
+pub fn tenx_by_entries(layer: &Arc<TenxLayer>) -> Vec<(String, NodeKind)> {
+    enumerated_columns(&layer.obs)
+        .map(|c| {
+            (
+                file_name(&c.name),
+                NodeKind::TenxByColumn(layer.clone(), c.name.clone()),
+            )
+        })
+        .collect()
+}
+
+/// `10x/<layer>/by/<column>/`: a matrix directory per label.
+pub fn tenx_by_column_entries(layer: &Arc<TenxLayer>, column: &str) -> Vec<(String, NodeKind)> {
+    labels(&layer.obs, column)
+        .into_iter()
+        .map(|(name, label)| {
+            let mut category = TenxLayer::clone(layer);
+            category.cells = Some((column.to_owned(), label));
+            (name, NodeKind::TenxLayer(Arc::new(category)))
+        })
+        .collect()
+}
+
+/// A column's labels, each with its file name; `__null__` for nulls when it is nullable.
+fn labels(array: &ArrayObject, column: &str) -> Vec<(String, Option<Value>)> {
     let Some(col) = array.schema.columns.iter().find(|c| c.name == column) else {
         return Vec::new();
     };
     let Some(enumeration) = &col.enumeration else {
         return Vec::new();
     };
-    let mut named: Vec<(String, NodeKind)> = enumeration
+    let mut out: Vec<(String, Option<Value>)> = enumeration
         .values
         .iter()
         .map(|label| {
             let text = label_text(label, enumeration.datatype);
-            (
-                file_name(&text),
-                by_value(object, column, Some(label.clone())),
-            )
+            (file_name(&text), Some(label.clone()))
         })
         .collect();
     if col.nullable {
-        named.push((NULL_LABEL.into(), by_value(object, column, None)));
+        out.push((NULL_LABEL.into(), None));
     }
-    named
+    out
 }
 
 /// A label as the text a CSV shows for it.
@@ -369,8 +497,8 @@ fn by_value(object: &Arc<SomaObject>, column: &str, label: Option<Value>) -> Nod
     NodeKind::ByValue(Table {
         object: object.clone(),
         selection: Selection {
-            ranges: Vec::new(),
             equals: Some((column.to_owned(), label)),
+            ..Selection::default()
         },
     })
 }
@@ -420,7 +548,9 @@ impl FileKind {
                     None => return Some(Err(format!("{}: no such document", object.uri()))),
                 }
             }
-            FileKind::Table(..) | FileKind::Npy(_) | FileKind::Png(..) => return None,
+            FileKind::Table(..) | FileKind::Npy(_) | FileKind::Png(..) | FileKind::Tenx(..) => {
+                return None
+            }
         }))
     }
 }

@@ -15,7 +15,7 @@ use log::warn;
 
 use crate::soma::Store;
 
-use super::data::{io_error, open_png, open_table, table_key, DataOptions};
+use super::data::{io_error, open_png, open_table, open_tenx, table_key, tenx_key, DataOptions};
 use super::node::{self, array_of, FileKind, NodeKind};
 use super::open_file::{NpyFile, OpenFile};
 
@@ -83,6 +83,7 @@ impl Tree {
     pub fn new(store: Store, root_uri: &str, data: DataOptions) -> Tree {
         let root = Node::new(NodeKind::Object {
             uri: root_uri.to_owned(),
+            obs: None,
         });
         Tree {
             store,
@@ -117,6 +118,9 @@ impl Tree {
             }
             NodeKind::File(FileKind::Png(level, axes)) => {
                 node::png_layout(array_of(level), axes).map(|(_, layout)| layout.file_size())
+            }
+            NodeKind::File(FileKind::Tenx(layer, file)) => {
+                self.data.cache.size(&tenx_key(layer, *file))
             }
             NodeKind::File(FileKind::Npy(object)) => {
                 node::npy_layout(array_of(object)).map(|(header, item, shape)| {
@@ -193,6 +197,9 @@ impl Tree {
                 open_png(&self.store, &self.data, array_of(level), axes)?,
                 false,
             ),
+            FileKind::Tenx(layer, file) => {
+                (open_tenx(&self.store, &self.data, layer, *file)?, false)
+            }
             FileKind::Npy(object) => {
                 let (header, item, shape) =
                     node::npy_layout(array_of(object)).ok_or(FsError::NotFound)?;
@@ -245,7 +252,13 @@ impl Tree {
     /// Lists a directory and gives every entry an inode.
     fn make_listing(&self, kind: &NodeKind) -> Listing {
         let named = match kind {
-            NodeKind::Object { uri } => node::object_entries(&self.store, uri),
+            NodeKind::Object { uri, obs } => node::object_entries(&self.store, uri, obs.as_ref()),
+            NodeKind::Tenx { measurement, obs } => {
+                node::tenx_entries(&self.store, measurement, obs)
+            }
+            NodeKind::TenxLayer(layer) => node::tenx_layer_entries(layer),
+            NodeKind::TenxBy(layer) => node::tenx_by_entries(layer),
+            NodeKind::TenxByColumn(layer, column) => node::tenx_by_column_entries(layer, column),
             NodeKind::Slices(table) => node::slices_entries(table, self.data.chunk_cells),
             NodeKind::By(object) => node::by_entries(object),
             NodeKind::ByColumn(object, column) => node::by_column_entries(object, column),

@@ -10,6 +10,7 @@ mod reader;
 mod schema;
 mod slice;
 pub mod spatial;
+pub mod tenx;
 
 pub use object::{ArrayObject, GroupObject, SomaObject, SomaType, Store};
 pub use reader::{dense_values, BatchReader, Prefetch, Selection, BATCH_BYTES};

@@ -40,6 +40,8 @@ pub struct Selection {
     pub ranges: Vec<Vec<(Value, Value)>>,
     /// Only rows whose column holds this label (`None`: a null), for enumerated columns.
     pub equals: Option<(String, Option<Value>)>,
+    /// Only these value columns (index columns are always read); `None`: every column.
+    pub columns: Option<Vec<String>>,
 }
 
 /// Bytes per batch: the memory one reader holds in TileDB buffers at a time.
@@ -160,7 +162,19 @@ impl BatchReader {
             &array.uri,
             array.read_timestamp_ms,
         )?);
-        let columns = array.schema.columns.clone();
+        let columns: Vec<Column> = array
+            .schema
+            .columns
+            .iter()
+            .filter(|c| {
+                c.is_index
+                    || selection
+                        .columns
+                        .as_ref()
+                        .is_none_or(|wanted| wanted.contains(&c.name))
+            })
+            .cloned()
+            .collect();
         let index_columns = array.schema.index_columns().count();
         let mut ranges: Vec<Vec<(Value, Value)>> = selection.ranges.clone();
         ranges.resize(index_columns, Vec::new());
@@ -177,7 +191,9 @@ impl BatchReader {
         let condition = match &selection.equals {
             Some((name, label)) => {
                 // The label in the enumeration's own type: text, or a native value.
-                let datatype = columns
+                let datatype = array
+                    .schema
+                    .columns
                     .iter()
                     .find(|c| &c.name == name)
                     .and_then(|c| c.enumeration.as_ref())
@@ -197,7 +213,15 @@ impl BatchReader {
                 nullable: c.nullable,
             })
             .collect();
-        let plan = plan(array);
+        let mut plan = plan(array);
+        // libtiledb reads several ranges of one dimension only in row-major order; on the
+        // first dimension they become runs of a band-sorted read instead.
+        let multi_range = |r: &Vec<(Value, Value)>| r.len() > 1;
+        if ranges.iter().skip(1).any(multi_range)
+            || (matches!(plan, Plan::Sorted(Layout::GlobalOrder)) && multi_range(&ranges[0]))
+        {
+            plan = Plan::Sorted(Layout::RowMajor);
+        }
         let mut runs = VecDeque::new();
         let mut expected_cells = array.stored_cells();
         let (layout, bands) = match plan {
@@ -206,21 +230,26 @@ impl BatchReader {
                 // Read in runs of bands across what is stored (and selected) on dimension 0.
                 let stored = array.non_empty_domain.first().cloned().flatten();
                 let stored = stored.and_then(|(a, b)| Some((as_int(&a)?, as_int(&b)?)));
-                let selected = match ranges[0].as_slice() {
-                    [] => stored,
-                    [(a, b)] => match (stored, as_int(a), as_int(b)) {
-                        (Some(s), Some(a), Some(b)) => Some((s.0.max(a), s.1.min(b))),
-                        _ => None,
-                    },
-                    _ => None,
+                let stored_bands = stored.map_or(1, |s| ((s.1 - s.0) / extent + 1) as u64);
+                let cells_per_band = array.stored_cells() / stored_bands.max(1);
+                expected_cells = cells_per_band;
+                let mut selected: Vec<(i128, i128)> = match ranges[0].as_slice() {
+                    [] => stored.into_iter().collect(),
+                    many => many
+                        .iter()
+                        .filter_map(|(a, b)| {
+                            let (s, a, b) = (stored?, as_int(a)?, as_int(b)?);
+                            Some((s.0.max(a), s.1.min(b)))
+                        })
+                        .filter(|r| r.0 <= r.1)
+                        .collect(),
                 };
-                if let Some(range) = selected.filter(|r| r.0 <= r.1) {
-                    let stored_bands = stored.map_or(1, |s| ((s.1 - s.0) / extent + 1) as u64);
-                    let cells_per_band = array.stored_cells() / stored_bands.max(1);
-                    runs = band_runs(range, extent, lo, cells_per_band);
-                    expected_cells = cells_per_band;
-                } else if ranges[0].len() <= 1 {
-                    // Nothing stored in the selected range: an empty read.
+                selected.sort_unstable();
+                for range in selected {
+                    runs.extend(band_runs(range, extent, lo, cells_per_band));
+                }
+                if runs.is_empty() {
+                    // Nothing stored in the selected ranges: an empty read.
                     runs.push_back((1, 0));
                 }
                 let sorter = BandSorter {
@@ -247,7 +276,7 @@ impl BatchReader {
             expected_cells,
             runs,
             query: None,
-            schema: array.schema.arrow(),
+            schema: array.schema.arrow_of(&columns),
             columns,
             labels,
             bands,

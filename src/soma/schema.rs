@@ -176,8 +176,13 @@ impl SomaSchema {
 
     /// The Arrow schema of the object's rows.
     pub fn arrow(&self) -> SchemaRef {
+        self.arrow_of(&self.columns)
+    }
+
+    /// The Arrow schema of some of the columns.
+    pub fn arrow_of(&self, columns: &[Column]) -> SchemaRef {
         Arc::new(Schema::new(
-            self.columns
+            columns
                 .iter()
                 .map(|c| {
                     let ordered = c.enumeration.as_ref().is_some_and(|e| e.ordered);

@@ -1,0 +1,106 @@
+//! The files of a Cell Ranger matrix directory, as Seurat's `Read10X` and scanpy's
+//! `read_10x_mtx` read them: `matrix.mtx` (Matrix Market coordinate, features × barcodes,
+//! 1-based), `barcodes.tsv` (one barcode a line) and `genes.tsv` / `features.tsv` (feature id,
+//! feature name, `Gene Expression`).
+
+use std::io::{self, Write};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::*;
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::DataType;
+
+/// Text that must stay on one line of one TSV field.
+fn field(text: &str) -> String {
+    text.replace(['\t', '\n', '\r'], " ")
+}
+
+pub fn write_barcodes<'a>(
+    barcodes: impl IntoIterator<Item = &'a str>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    for barcode in barcodes {
+        writeln!(out, "{}", field(barcode))?;
+    }
+    Ok(())
+}
+
+pub fn write_features<'a>(
+    features: impl IntoIterator<Item = (&'a str, &'a str)>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    for (id, name) in features {
+        writeln!(out, "{}\t{}\tGene Expression", field(id), field(name))?;
+    }
+    Ok(())
+}
+
+/// The header of a matrix: the banner, then rows (features), columns (barcodes), entries.
+pub fn write_matrix_header(
+    integer: bool,
+    features: usize,
+    barcodes: usize,
+    entries: u64,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    let field = if integer { "integer" } else { "real" };
+    writeln!(out, "%%MatrixMarket matrix coordinate {field} general")?;
+    writeln!(out, "{features} {barcodes} {entries}")
+}
+
+/// Writes entries `feature barcode value`, one a line; `None` positions are skipped. Returns
+/// how many were written.
+pub fn write_entries(
+    feature_positions: impl Iterator<Item = Option<u64>>,
+    barcode_positions: impl Iterator<Item = Option<u64>>,
+    values: &ArrayRef,
+    out: &mut Vec<u8>,
+) -> io::Result<u64> {
+    let mut itoa = itoa::Buffer::new();
+    let mut ryu = ryu::Buffer::new();
+    let mut written = 0;
+    macro_rules! each {
+        ($t:ty, $fmt:expr) => {{
+            let values = values.as_primitive::<$t>();
+            for (row, (f, b)) in feature_positions.zip(barcode_positions).enumerate() {
+                let (Some(f), Some(b)) = (f, b) else { continue };
+                if values.is_null(row) {
+                    continue;
+                }
+                out.extend_from_slice(itoa.format(f).as_bytes());
+                out.push(b' ');
+                out.extend_from_slice(itoa.format(b).as_bytes());
+                out.push(b' ');
+                let v = values.value(row);
+                #[allow(clippy::redundant_closure_call)]
+                out.extend_from_slice(($fmt)(v, &mut itoa, &mut ryu).as_bytes());
+                out.push(b'\n');
+                written += 1;
+            }
+        }};
+    }
+    fn int<'b, T: itoa::Integer>(v: T, i: &'b mut itoa::Buffer, _: &mut ryu::Buffer) -> &'b str {
+        i.format(v)
+    }
+    fn float<'b, T: ryu::Float>(v: T, _: &mut itoa::Buffer, r: &'b mut ryu::Buffer) -> &'b str {
+        r.format(v)
+    }
+    match values.data_type() {
+        DataType::Int8 => each!(Int8Type, int),
+        DataType::Int16 => each!(Int16Type, int),
+        DataType::Int32 => each!(Int32Type, int),
+        DataType::Int64 => each!(Int64Type, int),
+        DataType::UInt8 => each!(UInt8Type, int),
+        DataType::UInt16 => each!(UInt16Type, int),
+        DataType::UInt32 => each!(UInt32Type, int),
+        DataType::UInt64 => each!(UInt64Type, int),
+        DataType::Float32 => each!(Float32Type, float),
+        DataType::Float64 => each!(Float64Type, float),
+        other => {
+            return Err(io::Error::other(format!(
+                "a matrix of {other} cannot be written as Matrix Market"
+            )))
+        }
+    }
+    Ok(written)
+}

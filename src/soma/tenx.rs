@@ -1,0 +1,235 @@
+//! The legacy single-cell layout (a Cell Ranger matrix directory) of one layer of a
+//! measurement: which obs and var columns name the barcodes and features, which cells a
+//! category selects, and the matrix entries with join ids mapped to 1-based positions.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array as _, ArrayRef, RecordBatch};
+use arrow_schema::DataType;
+
+use crate::tiledb::{self, Value};
+
+use super::object::ArrayObject;
+use super::reader::{BatchReader, Selection, BATCH_BYTES};
+use super::Store;
+
+/// Columns that hold a cell's barcode, in order of preference.
+const BARCODE_COLUMNS: &[&str] = &["obs_id", "barcode", "barcodes", "cell_id"];
+/// Columns that hold a feature's id (Census: `feature_id`; tiledbsoma: `var_id`).
+const FEATURE_ID_COLUMNS: &[&str] = &["feature_id", "gene_ids", "gene_id", "var_id", "ensembl_id"];
+/// Columns that hold a feature's name.
+const FEATURE_NAME_COLUMNS: &[&str] = &[
+    "feature_name",
+    "gene_symbols",
+    "gene_name",
+    "gene_names",
+    "symbol",
+    "var_name",
+];
+
+/// One layer as a matrix directory: the cells (all, or one category's) and the features.
+#[derive(Debug, Clone)]
+pub struct TenxLayer {
+    pub obs: Arc<ArrayObject>,
+    pub var: Arc<ArrayObject>,
+    pub x: Arc<ArrayObject>,
+    /// Only the cells whose obs column holds this label (`None`: a null).
+    pub cells: Option<(String, Option<Value>)>,
+}
+
+/// Join ids (sorted) and the text that names each.
+pub type Named = Vec<(i64, String)>;
+
+fn string_column<'a>(array: &ArrayObject, wanted: &[&'a str]) -> Option<&'a str> {
+    wanted.iter().copied().find(|name| {
+        array.schema.columns.iter().any(|c| {
+            c.name == *name
+                && matches!(c.arrow_type, DataType::LargeUtf8 | DataType::Dictionary(..))
+        })
+    })
+}
+
+/// A column's values as text, per row (nulls empty).
+fn texts(column: &ArrayRef) -> tiledb::Result<Vec<String>> {
+    let strings = arrow_cast::cast(column, &DataType::LargeUtf8)
+        .map_err(|e| tiledb::Error::new(e.to_string()))?;
+    let strings = strings.as_string::<i64>();
+    Ok((0..strings.len())
+        .map(|i| {
+            if strings.is_null(i) {
+                String::new()
+            } else {
+                strings.value(i).to_owned()
+            }
+        })
+        .collect())
+}
+
+fn joinids(batch: &RecordBatch) -> tiledb::Result<&[i64]> {
+    batch
+        .column_by_name("soma_joinid")
+        .and_then(|c| c.as_primitive_opt::<Int64Type>())
+        .map(|a| a.values().as_ref())
+        .ok_or_else(|| tiledb::Error::new("a data frame without an int64 soma_joinid"))
+}
+
+/// Reads the join ids and the named columns of a data frame, in join id order.
+fn read_names(
+    store: &Store,
+    frame: &ArrayObject,
+    columns: &[&str],
+    equals: Option<(String, Option<Value>)>,
+) -> tiledb::Result<Vec<(i64, Vec<String>)>> {
+    let selection = Selection {
+        equals,
+        columns: Some(columns.iter().map(|c| c.to_string()).collect()),
+        ..Selection::default()
+    };
+    let mut reader = BatchReader::open(store, frame, &selection, BATCH_BYTES)?;
+    let mut out = Vec::new();
+    while let Some(batch) = reader.next_batch()? {
+        let ids = joinids(&batch)?;
+        let values = columns
+            .iter()
+            .map(|name| match batch.column_by_name(name) {
+                Some(col) => texts(col),
+                None => Ok(ids.iter().map(i64::to_string).collect()),
+            })
+            .collect::<tiledb::Result<Vec<_>>>()?;
+        for (row, &id) in ids.iter().enumerate() {
+            out.push((id, values.iter().map(|v| v[row].clone()).collect()));
+        }
+    }
+    Ok(out)
+}
+
+impl TenxLayer {
+    /// `barcodes.tsv`: each selected cell's barcode, in join id order.
+    pub fn barcodes(&self, store: &Store) -> tiledb::Result<Named> {
+        let column = string_column(&self.obs, BARCODE_COLUMNS).unwrap_or("soma_joinid");
+        Ok(read_names(store, &self.obs, &[column], self.cells.clone())?
+            .into_iter()
+            .map(|(id, mut names)| (id, names.swap_remove(0)))
+            .collect())
+    }
+
+    /// `features.tsv`: each feature's id and name, in join id order.
+    pub fn features(&self, store: &Store) -> tiledb::Result<Vec<(i64, String, String)>> {
+        let id = string_column(&self.var, FEATURE_ID_COLUMNS).unwrap_or("soma_joinid");
+        let name = string_column(&self.var, FEATURE_NAME_COLUMNS).unwrap_or(id);
+        Ok(read_names(store, &self.var, &[id, name], None)?
+            .into_iter()
+            .map(|(joinid, mut names)| {
+                let name = names.pop().unwrap_or_default();
+                let id = names.pop().unwrap_or_default();
+                (joinid, id, name)
+            })
+            .collect())
+    }
+
+    /// Whether the layer holds integers (a Matrix Market `integer` matrix).
+    pub fn is_integer(&self) -> bool {
+        self.x
+            .schema
+            .columns
+            .iter()
+            .rfind(|c| !c.is_index)
+            .is_some_and(|c| c.arrow_type.is_integer())
+    }
+
+    /// Reads the layer's cells of the selected barcodes, sorted by cell then feature, and
+    /// hands each batch to `visit` as (obs join ids, var join ids, values).
+    pub fn entries(
+        &self,
+        store: &Store,
+        barcodes: &[i64],
+        mut visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
+    ) -> tiledb::Result<()> {
+        let mut selection = Selection::default();
+        if self.cells.is_some() {
+            // Only the category's cells: consecutive join ids as one range each.
+            let mut runs: Vec<(Value, Value)> = Vec::new();
+            let mut i = 0;
+            while i < barcodes.len() {
+                let start = barcodes[i];
+                while i + 1 < barcodes.len() && barcodes[i + 1] == barcodes[i] + 1 {
+                    i += 1;
+                }
+                runs.push((Value::Int(start), Value::Int(barcodes[i])));
+                i += 1;
+            }
+            if runs.is_empty() {
+                return Ok(());
+            }
+            selection.ranges = vec![runs];
+        }
+        let mut reader = BatchReader::open(store, &self.x, &selection, BATCH_BYTES)?;
+        while let Some(batch) = reader.next_batch()? {
+            let dim = |i: usize| {
+                batch
+                    .column(i)
+                    .as_primitive_opt::<Int64Type>()
+                    .map(|a| a.values().as_ref())
+                    .ok_or_else(|| tiledb::Error::new("a layer without int64 dimensions"))
+            };
+            let (cells, features) = (dim(0)?, dim(1)?);
+            visit(cells, features, batch.column(2))
+                .map_err(|e| tiledb::Error::new(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// 1-based positions of join ids in a sorted list (contiguous ids need no lookup).
+pub struct Positions {
+    ids: Vec<i64>,
+    contiguous: bool,
+}
+
+impl Positions {
+    pub fn new(mut ids: Vec<i64>) -> Positions {
+        ids.sort_unstable();
+        let contiguous = ids.windows(2).all(|w| w[1] == w[0] + 1);
+        Positions { ids, contiguous }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The 1-based position of `id`, if it is listed.
+    pub fn get(&self, id: i64) -> Option<u64> {
+        if self.contiguous {
+            let first = *self.ids.first()?;
+            let offset = id.checked_sub(first)?;
+            (0..self.ids.len() as i64)
+                .contains(&offset)
+                .then_some(offset as u64 + 1)
+        } else {
+            self.ids.binary_search(&id).ok().map(|i| i as u64 + 1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Positions;
+
+    #[test]
+    fn positions_are_one_based_ranks() {
+        let contiguous = Positions::new(vec![5, 6, 7]);
+        assert_eq!(contiguous.get(5), Some(1));
+        assert_eq!(contiguous.get(7), Some(3));
+        assert_eq!(contiguous.get(8), None);
+        let gappy = Positions::new(vec![10, 2, 40]);
+        assert_eq!(gappy.get(2), Some(1));
+        assert_eq!(gappy.get(40), Some(3));
+        assert_eq!(gappy.get(11), None);
+    }
+}
