@@ -10,7 +10,7 @@ use crate::format::png::{self, ImageAxis};
 use crate::format::{self, mtx, TableFormat};
 use crate::soma::tenx::{Positions, TenxLayer};
 use crate::soma::{
-    dense_values, ArrayObject, BatchReader, Prefetch, Selection, Store, BATCH_BYTES,
+    dense_values, estimated_cells, ArrayObject, BatchReader, Prefetch, Store, BATCH_BYTES,
 };
 
 use super::cache::{CacheKey, ContentCache};
@@ -51,15 +51,6 @@ pub fn table_key(table: &Table, format: TableFormat) -> CacheKey {
         .into_iter()
         .chain(fragments),
     )
-}
-
-/// About how many cells a selection holds (an upper bound: the whole array's count).
-fn estimated_cells(array: &ArrayObject, selection: &Selection) -> u64 {
-    if selection.is_empty() {
-        0
-    } else {
-        array.stored_cells()
-    }
 }
 
 /// Opens a table in a format; the flag says whether it must be read with direct I/O.

@@ -48,15 +48,15 @@ fn number<T: std::str::FromStr + ToString>(text: &str) -> Option<T> {
     (value.to_string() == text).then_some(value)
 }
 
+/// A float bound: any finite spelling Rust parses (`-1`, `-1.0`, `1e-7`); names are written
+/// as the shortest text that parses back, as the CSV files write values.
 fn float(text: &str) -> Option<f64> {
     let value: f64 = text.parse().ok()?;
-    (value.is_finite() && format_float(value) == text).then_some(value)
+    (value.is_finite() && !text.starts_with('+')).then_some(value)
 }
 
 fn format_float(value: f64) -> String {
-    let mut buf = ryu::Buffer::new();
-    let text = buf.format_finite(value);
-    text.strip_suffix(".0").unwrap_or(text).to_owned()
+    ryu::Buffer::new().format_finite(value).to_owned()
 }
 
 fn parse_range(text: &str, kind: ColumnKind) -> Option<SliceRange> {
@@ -209,6 +209,10 @@ mod tests {
         assert_eq!(
             parse("0.5-2.csv", &[Float]),
             Some(slice(vec![SliceRange::Float(0.5, 2.0)]))
+        );
+        assert_eq!(
+            parse("-1.0-0.0.csv", &[Float]),
+            Some(slice(vec![SliceRange::Float(-1.0, 0.0)]))
         );
         assert_eq!(
             parse("1e-7-1.csv", &[Float]),

@@ -70,23 +70,33 @@ impl Selection {
     }
 }
 
-/// The first index column's ranges of chunks of about `chunk_cells` stored cells each,
-/// covering every stored cell; `None` when the first column is not an integer.
-///
-/// Cells are taken as spread evenly over each fragment's range of the first column (a dense
-/// array: over its current domain), which is what fragment metadata tells without reading.
-pub fn chunks(array: &ArrayObject, chunk_cells: u64) -> Option<Vec<(i128, i128)>> {
-    let first = array.schema.index_columns().next()?;
+/// Where the cells lie along the first index column: spans `(lo, hi, cells)`, cells spread
+/// evenly over each. A dense array has every cell of its current domain; a sparse one has
+/// each fragment's cells over the fragment's range. `None` when the column is not an integer.
+fn spans(array: &ArrayObject) -> Option<Vec<(i128, i128, f64)>> {
+    let mut index = array.schema.index_columns();
+    let first = index.next()?;
     if !first.arrow_type.is_integer() {
         return None;
     }
-    // Spans of the first column and how many cells each holds.
-    let spans: Vec<(i128, i128, f64)> = if array.schema.dense {
-        let (lo, hi) = array.non_empty_domain.first()?.as_ref()?;
+    if array.schema.dense {
+        let (lo, hi) = first.domain.as_ref()?;
         let (lo, hi) = (int(lo)?, int(hi)?);
-        let rows = (hi - lo + 1) as f64;
-        vec![(lo, hi, rows * (array.stored_cells() as f64 / rows))]
-    } else {
+        let row_cells: f64 = index
+            .map(|c| match &c.domain {
+                Some((a, b)) => match (int(a), int(b)) {
+                    (Some(a), Some(b)) => (b - a + 1).max(0) as f64,
+                    _ => 1.0,
+                },
+                None => 1.0,
+            })
+            .product();
+        if hi < lo {
+            return Some(Vec::new());
+        }
+        return Some(vec![(lo, hi, (hi - lo + 1) as f64 * row_cells)]);
+    }
+    Some(
         array
             .fragments
             .iter()
@@ -95,8 +105,57 @@ pub fn chunks(array: &ArrayObject, chunk_cells: u64) -> Option<Vec<(i128, i128)>
                 let (lo, hi) = f.first_dimension.as_ref()?;
                 Some((int(lo)?, int(hi)?, f.cell_num as f64))
             })
-            .collect()
-    };
+            .collect(),
+    )
+}
+
+/// About how many cells a selection holds: the cells of its ranges on the first index
+/// column (from [`spans`]), times the share of each other column's stored range it keeps.
+pub fn estimated_cells(array: &ArrayObject, selection: &Selection) -> u64 {
+    if selection.is_empty() {
+        return 0;
+    }
+    let all = array.stored_cells() as f64;
+    let mut estimate = all;
+    let first_ranges = selection.ranges.first().filter(|r| !r.is_empty());
+    if let (Some(ranges), Some(spans)) = (first_ranges, spans(array)) {
+        estimate = spans
+            .iter()
+            .map(|&(lo, hi, cells)| {
+                let covered: i128 = ranges
+                    .iter()
+                    .filter_map(|(a, b)| Some((int(a)?.max(lo), int(b)?.min(hi))))
+                    .map(|(a, b)| (b - a + 1).max(0))
+                    .sum();
+                cells * covered as f64 / (hi - lo + 1) as f64
+            })
+            .sum();
+    }
+    for (ranges, stored) in selection.ranges.iter().zip(&array.non_empty_domain).skip(1) {
+        let (Some((lo, hi)), false) = (stored.as_ref(), ranges.is_empty()) else {
+            continue;
+        };
+        let (Some(lo), Some(hi)) = (float(lo), float(hi)) else {
+            continue;
+        };
+        let kept: f64 = ranges
+            .iter()
+            .filter_map(|(a, b)| Some((float(a)?.max(lo), float(b)?.min(hi))))
+            .map(|(a, b)| (b - a + 1.0).max(0.0))
+            .sum();
+        estimate *= (kept / (hi - lo + 1.0)).min(1.0);
+    }
+    estimate.min(all).ceil() as u64
+}
+
+/// The first index column's ranges of chunks of about `chunk_cells` stored cells each,
+/// covering every stored cell; `None` when the first column is not an integer.
+///
+/// Cells are taken as spread evenly over each fragment's range of the first column (a dense
+/// array: over its current domain), which is what fragment metadata tells without reading.
+pub fn chunks(array: &ArrayObject, chunk_cells: u64) -> Option<Vec<(i128, i128)>> {
+    // Spans of the first column and how many cells each holds.
+    let spans = spans(array)?;
     if spans.is_empty() {
         return Some(Vec::new());
     }

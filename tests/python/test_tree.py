@@ -35,6 +35,27 @@ STORES = ["hand", "pbmc", "scene"]
 # issues add more (data.csv, slices/, coordinate_space.json, ...): extend these sets
 # (per object type) rather than loosening the exact-listing test.
 GENERATED_GROUP_NAMES = {"metadata.json"}
+
+
+def generated_group_names(node, by_relpath) -> set:
+    """The names soma-mount adds to a group's directory (LAYOUT.md): metadata.json always;
+    coordinate_space.json, transforms.json, image.json and level_<n>.png for spatial
+    objects; 10x/ in a measurement under an experiment's ms."""
+    names = set(GENERATED_GROUP_NAMES)
+    md = somaref.expected_metadata(node)
+    if "soma_coordinate_space" in md:
+        names.add("coordinate_space.json")
+    if any(k.startswith(("soma_scene_registry_", "somascene_registry")) for k in md):
+        names.add("transforms.json")
+    if node.soma_type == "SOMAMultiscaleImage" and "soma_multiscale_image_schema" in md:
+        names.add("image.json")
+        levels = [k for k in md if k.startswith("soma_level_")]
+        names.update(f"level_{i}.png" for i in range(len(levels)))
+    if node.soma_type == "SOMAMeasurement" and len(node.relpath) >= 2 and node.relpath[-2] == "ms":
+        experiment = by_relpath.get(node.relpath[:-2])
+        if experiment is not None and experiment.soma_type == "SOMAExperiment" and "obs" in experiment.members:
+            names.add("10x")
+    return names
 REQUIRED_ARRAY_NAMES = {"metadata.json", "schema.json"}
 
 
@@ -111,6 +132,7 @@ def expect_errno(fn, code) -> str | None:
 def test_group_directories_list_exactly_their_members(store, fixtures_dir, mounted):
     mp = mounted(store)
     nodes = walk_store(fixtures_dir, store)
+    by_relpath = {n.relpath: n for n in nodes}
     problems = []
     assert nodes[0].kind in ("soma_group", "soma_array"), nodes[0]
     for node in nodes:
@@ -126,7 +148,7 @@ def test_group_directories_list_exactly_their_members(store, fixtures_dir, mount
             dupes = sorted({n for n in listing if listing.count(n) > 1})
             problems.append(f"{node.display}: duplicate entries {dupes}")
         if node.is_group:
-            expected = {encode_name(n) for n in node.members} | GENERATED_GROUP_NAMES
+            expected = {encode_name(n) for n in node.members} | generated_group_names(node, by_relpath)
             if set(listing) != expected:
                 problems.append(
                     f"{node.display} ({node.soma_type or node.kind}): "
