@@ -59,6 +59,10 @@ struct Cli {
     /// `slices/` cuts each array into chunks of about this many stored cells.
     #[arg(long, default_value_t = 1_000_000)]
     chunk_cells: u64,
+    /// Seconds a directory's metadata and listing are kept before the store is asked again;
+    /// changes to the store show after this long.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
+    metadata_ttl: f64,
 }
 
 /// A size in bytes: a number with an optional K, M, G or T suffix (powers of 1024).
@@ -101,6 +105,13 @@ fn parse_timestamp(text: &str) -> Result<u64, String> {
     let time = chrono::DateTime::parse_from_rfc3339(text)
         .map_err(|e| format!("not milliseconds since the epoch nor RFC 3339 ({e})"))?;
     u64::try_from(time.timestamp_millis()).map_err(|_| "before 1970".to_owned())
+}
+
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.0 => Ok(s),
+        _ => Err(format!("not a number of seconds: {text:?}")),
+    }
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
@@ -372,6 +383,7 @@ fn run(cli: Cli) -> ExitCode {
         materialize_limit: cli.materialize_limit,
         exact_sizes: cli.exact_sizes,
         chunk_cells: cli.chunk_cells.max(1),
+        metadata_ttl: Duration::from_secs_f64(cli.metadata_ttl),
     };
     let fs = SomaFs::new(Tree::new(store, &uri, data));
     let session = match fuser::Session::new(fs, &cli.mountpoint, &config).and_then(|s| s.spawn()) {

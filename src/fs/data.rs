@@ -27,6 +27,9 @@ pub struct DataOptions {
     pub exact_sizes: bool,
     /// `slices/` cuts arrays into chunks of about this many stored cells.
     pub chunk_cells: u64,
+    /// How long a directory's listing (its object's metadata and structure) is kept before
+    /// the object is looked at again.
+    pub metadata_ttl: std::time::Duration,
 }
 
 /// Logs a failure and makes it `EIO`.

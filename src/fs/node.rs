@@ -115,19 +115,36 @@ impl NodeKind {
 /// The name under which null is listed among a column's labels.
 pub const NULL_LABEL: &str = "__null__";
 
-/// How the listing of an object's directory is made: the object opened, or the error.
-pub fn object_entries(store: &Store, uri: &str, obs: Option<&Arc<str>>) -> Vec<(String, NodeKind)> {
-    let object = match store.open(uri) {
-        Ok(object) => Arc::new(object),
+/// The listing of an object's directory, from the object opened (or the error), and the
+/// fingerprint of what it was made from.
+pub fn object_entries(
+    store: &Store,
+    uri: &str,
+    obs: Option<&Arc<str>>,
+) -> (String, Vec<(String, NodeKind)>) {
+    match store.open(uri) {
+        Ok(object) => {
+            let object = Arc::new(object);
+            (object.fingerprint(), object_files(store, object, obs))
+        }
         Err(e) => {
             warn!("cannot open {uri}: {e}");
             let message = format!("cannot open {uri}: {e}");
-            return vec![(
+            let entries = vec![(
                 "error.txt".into(),
-                NodeKind::File(FileKind::ErrorText(message.into())),
+                NodeKind::File(FileKind::ErrorText(message.clone().into())),
             )];
+            (message, entries)
         }
-    };
+    }
+}
+
+/// The entries of an opened object's directory.
+fn object_files(
+    store: &Store,
+    object: Arc<SomaObject>,
+    obs: Option<&Arc<str>>,
+) -> Vec<(String, NodeKind)> {
     let mut named: Vec<(String, NodeKind)> = Vec::new();
     if let SomaObject::Group(group) = object.as_ref() {
         // An experiment's obs is what the measurements under its `ms` describe cells with.

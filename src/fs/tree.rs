@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Instant;
 
 use log::warn;
 
@@ -40,11 +41,15 @@ pub type FsResult<T> = Result<T, FsError>;
 struct Listing {
     entries: Vec<(String, Ino)>,
     by_name: HashMap<String, Ino>,
+    /// What the listing was made from (an object directory's object); equal fingerprints
+    /// mean equal listings.
+    fingerprint: Option<String>,
+    made: Instant,
 }
 
 struct Node {
     kind: NodeKind,
-    listing: OnceLock<Listing>,
+    listing: RwLock<Option<Arc<Listing>>>,
     /// Entries found by lookup that the listing does not show (slices opened by name).
     found: Mutex<HashMap<String, Ino>>,
     /// A document's bytes, made on first look.
@@ -242,32 +247,62 @@ impl Tree {
         }
     }
 
-    fn listing<'a>(&self, node: &'a Node) -> FsResult<&'a Listing> {
+    /// A directory's listing: made on first look, and for object directories made again
+    /// once older than the metadata TTL (kept, with its inodes, when the object is unchanged).
+    fn listing(&self, node: &Node) -> FsResult<Arc<Listing>> {
         if !node.kind.is_dir() {
             return Err(FsError::NotADirectory);
         }
-        Ok(node.listing.get_or_init(|| self.make_listing(&node.kind)))
+        let current = node
+            .listing
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let expires = matches!(node.kind, NodeKind::Object { .. });
+        if let Some(listing) = &current {
+            if !expires || listing.made.elapsed() < self.data.metadata_ttl {
+                return Ok(listing.clone());
+            }
+        }
+        let (fingerprint, named) = match &node.kind {
+            NodeKind::Object { uri, obs } => {
+                let (fingerprint, named) = node::object_entries(&self.store, uri, obs.as_ref());
+                (Some(fingerprint), named)
+            }
+            NodeKind::Slices(table) => (None, node::slices_entries(table, self.data.chunk_cells)),
+            NodeKind::By(object) => (None, node::by_entries(object)),
+            NodeKind::ByColumn(object, column) => (None, node::by_column_entries(object, column)),
+            NodeKind::ByValue(table) => (None, node::table_entries(table)),
+            NodeKind::Tenx { measurement, obs } => {
+                (None, node::tenx_entries(&self.store, measurement, obs))
+            }
+            NodeKind::TenxLayer(layer) => (None, node::tenx_layer_entries(layer)),
+            NodeKind::TenxBy(layer) => (None, node::tenx_by_entries(layer)),
+            NodeKind::TenxByColumn(layer, column) => {
+                (None, node::tenx_by_column_entries(layer, column))
+            }
+            NodeKind::File(_) => (None, Vec::new()),
+        };
+        let listing = match current {
+            Some(old) if old.fingerprint == fingerprint => Arc::new(Listing {
+                entries: old.entries.clone(),
+                by_name: old.by_name.clone(),
+                fingerprint,
+                made: Instant::now(),
+            }),
+            _ => Arc::new(self.add_entries(named, fingerprint)),
+        };
+        *node.listing.write().unwrap_or_else(|e| e.into_inner()) = Some(listing.clone());
+        Ok(listing)
     }
 
-    /// Lists a directory and gives every entry an inode.
-    fn make_listing(&self, kind: &NodeKind) -> Listing {
-        let named = match kind {
-            NodeKind::Object { uri, obs } => node::object_entries(&self.store, uri, obs.as_ref()),
-            NodeKind::Tenx { measurement, obs } => {
-                node::tenx_entries(&self.store, measurement, obs)
-            }
-            NodeKind::TenxLayer(layer) => node::tenx_layer_entries(layer),
-            NodeKind::TenxBy(layer) => node::tenx_by_entries(layer),
-            NodeKind::TenxByColumn(layer, column) => node::tenx_by_column_entries(layer, column),
-            NodeKind::Slices(table) => node::slices_entries(table, self.data.chunk_cells),
-            NodeKind::By(object) => node::by_entries(object),
-            NodeKind::ByColumn(object, column) => node::by_column_entries(object, column),
-            NodeKind::ByValue(table) => node::table_entries(table),
-            NodeKind::File(_) => Vec::new(),
-        };
+    /// Gives every entry an inode.
+    fn add_entries(&self, named: Vec<(String, NodeKind)>, fingerprint: Option<String>) -> Listing {
         let mut listing = Listing {
             entries: Vec::with_capacity(named.len()),
             by_name: HashMap::with_capacity(named.len()),
+            fingerprint,
+            made: Instant::now(),
         };
         for (name, kind) in named {
             if listing.by_name.contains_key(&name) {
@@ -287,7 +322,7 @@ impl Node {
     fn new(kind: NodeKind) -> Arc<Node> {
         Arc::new(Node {
             kind,
-            listing: OnceLock::new(),
+            listing: RwLock::new(None),
             found: Mutex::new(HashMap::new()),
             content: OnceLock::new(),
         })

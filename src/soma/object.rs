@@ -165,6 +165,18 @@ impl SomaObject {
             SomaObject::Array(a) => &a.metadata,
         }
     }
+
+    /// What the object's files are made from, as text: metadata and members, or metadata,
+    /// fragments and schema. Equal fingerprints mean the object did not change.
+    pub fn fingerprint(&self) -> String {
+        match self {
+            SomaObject::Group(g) => format!("{:?}{:?}", g.metadata, g.members),
+            SomaObject::Array(a) => format!(
+                "{:?}{:?}{:?}{:?}",
+                a.metadata, a.fragments, a.schema.columns, a.non_empty_domain
+            ),
+        }
+    }
 }
 
 /// Opens objects of one store: the libtiledb context and the mount's timestamp.
