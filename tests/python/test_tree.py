@@ -20,6 +20,7 @@ import pytest
 import somaref
 from conftest import (
     EXIT_TIMEOUT,
+    MOUNT_TIMEOUT,
     hash_tree,
     is_mounted,
     pid_alive,
@@ -486,6 +487,55 @@ def test_daemon_ends_and_unmounts(how, fixtures_dir, mount):
         assert wait_until(lambda: not is_mounted(mp), 1.0), (
             f"soma-mount exited ({rc}) after {how} but left {mp} mounted"
         )
+
+
+def test_restart_after_sigkill_recovers_the_mount(fixtures_dir, mount, soma_mount_bin):
+    """SIGKILL leaves a dead mount; starting soma-mount again on it detaches it and mounts."""
+    with mount(fixtures_dir / "hand") as mp:
+        mp.proc.kill()
+        mp.proc.wait(EXIT_TIMEOUT)
+        with pytest.raises(OSError) as dead:
+            os.listdir(mp)
+        assert dead.value.errno == errno.ENOTCONN, dead.value
+        assert is_mounted(mp), "a killed daemon leaves its mount behind"
+        again = subprocess.Popen(
+            [str(soma_mount_bin), "-f", str(fixtures_dir / "hand"), str(mp)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert wait_until(lambda: _listable(mp), MOUNT_TIMEOUT), "no working mount after restart"
+            assert "metadata.json" in os.listdir(mp)
+        finally:
+            subprocess.run(["umount", mp], capture_output=True, timeout=EXIT_TIMEOUT)
+            try:
+                again.wait(EXIT_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                again.kill()
+                again.wait()
+        assert "dead mount" in again.stderr.read()
+
+
+def _listable(path) -> bool:
+    try:
+        os.listdir(path)
+        return True
+    except OSError:
+        return False
+
+
+def test_live_mount_is_not_mounted_over(fixtures_dir, mount, soma_mount_bin):
+    with mount(fixtures_dir / "hand") as mp:
+        r = subprocess.run(
+            [str(soma_mount_bin), "-f", str(fixtures_dir / "pbmc"), str(mp)],
+            capture_output=True,
+            text=True,
+            timeout=EXIT_TIMEOUT,
+        )
+        assert r.returncode != 0
+        assert f"umount {mp}" in r.stderr, r.stderr
+        assert "metadata.json" in os.listdir(mp), "the first mount keeps serving"
 
 
 # --------------------------------------------------------------------------------------
