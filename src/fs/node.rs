@@ -83,7 +83,11 @@ pub enum NodeKind {
     Object {
         uri: String,
         obs: Option<Arc<str>>,
+        /// The URIs of the enclosing object directories, to stop at cycles.
+        ancestors: Arc<[String]>,
     },
+    /// A member that cannot be shown as itself: a directory holding only `error.txt`.
+    Broken(Arc<str>),
     /// `10x/` of a measurement: its layers.
     Tenx {
         measurement: Arc<SomaObject>,
@@ -121,22 +125,40 @@ pub fn object_entries(
     store: &Store,
     uri: &str,
     obs: Option<&Arc<str>>,
+    ancestors: &[String],
 ) -> (String, Vec<(String, NodeKind)>) {
     match store.open(uri) {
         Ok(object) => {
             let object = Arc::new(object);
-            (object.fingerprint(), object_files(store, object, obs))
+            let mut ancestors = ancestors.to_vec();
+            ancestors.push(same_object(uri));
+            (
+                object.fingerprint(),
+                object_files(store, object, obs, ancestors.into()),
+            )
         }
         Err(e) => {
             warn!("cannot open {uri}: {e}");
             let message = format!("cannot open {uri}: {e}");
-            let entries = vec![(
-                "error.txt".into(),
-                NodeKind::File(FileKind::ErrorText(message.clone().into())),
-            )];
-            (message, entries)
+            (message.clone(), error_entries(&message))
         }
     }
+}
+
+/// The listing of a directory that only says what is wrong.
+pub fn error_entries(message: &str) -> Vec<(String, NodeKind)> {
+    vec![(
+        "error.txt".into(),
+        NodeKind::File(FileKind::ErrorText(message.into())),
+    )]
+}
+
+/// A URI as compared for cycles: without `file://` and trailing slashes.
+fn same_object(uri: &str) -> String {
+    uri.strip_prefix("file://")
+        .unwrap_or(uri)
+        .trim_end_matches('/')
+        .to_owned()
 }
 
 /// The entries of an opened object's directory.
@@ -144,6 +166,7 @@ fn object_files(
     store: &Store,
     object: Arc<SomaObject>,
     obs: Option<&Arc<str>>,
+    ancestors: Arc<[String]>,
 ) -> Vec<(String, NodeKind)> {
     let mut named: Vec<(String, NodeKind)> = Vec::new();
     if let SomaObject::Group(group) = object.as_ref() {
@@ -159,7 +182,24 @@ fn object_files(
                 _ => None,
             };
             let uri = member.uri.clone();
-            named.push((file_name(&member.name), NodeKind::Object { uri, obs }));
+            let kind = if ancestors.contains(&same_object(&uri)) {
+                // A group that contains itself (or an ancestor) would be an endless tree.
+                warn!(
+                    "{}: member {:?} is an enclosing group",
+                    group.uri, member.name
+                );
+                NodeKind::Broken(
+                    format!("{uri} is a group that encloses this directory (a cycle)").into(),
+                )
+            } else {
+                let ancestors = ancestors.clone();
+                NodeKind::Object {
+                    uri,
+                    obs,
+                    ancestors,
+                }
+            };
+            named.push((file_name(&member.name), kind));
         }
         if let (SomaType::Measurement, Some(obs)) = (group.soma_type, obs) {
             let measurement = object.clone();

@@ -89,6 +89,7 @@ impl Tree {
         let root = Node::new(NodeKind::Object {
             uri: root_uri.to_owned(),
             obs: None,
+            ancestors: Arc::new([]),
         });
         Tree {
             store,
@@ -265,10 +266,16 @@ impl Tree {
             }
         }
         let (fingerprint, named) = match &node.kind {
-            NodeKind::Object { uri, obs } => {
-                let (fingerprint, named) = node::object_entries(&self.store, uri, obs.as_ref());
+            NodeKind::Object {
+                uri,
+                obs,
+                ancestors,
+            } => {
+                let (fingerprint, named) =
+                    node::object_entries(&self.store, uri, obs.as_ref(), ancestors);
                 (Some(fingerprint), named)
             }
+            NodeKind::Broken(message) => (None, node::error_entries(message)),
             NodeKind::Slices(table) => (None, node::slices_entries(table, self.data.chunk_cells)),
             NodeKind::By(object) => (None, node::by_entries(object)),
             NodeKind::ByColumn(object, column) => (None, node::by_column_entries(object, column)),

@@ -1,0 +1,244 @@
+"""Odd and broken stores, and load: soma-mount must never hand out a wrong byte, hang,
+leak or die (issue 7). Each broken store is built here, in a temporary directory, from
+tiledbsoma (and tiledb-py for what tiledbsoma refuses to write)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import tiledb
+import tiledbsoma
+
+from conftest import EXIT_TIMEOUT, wait_until
+
+
+def _small_df(uri: str, n: int = 50) -> None:
+    schema = pa.schema([("x", pa.int64()), ("s", pa.large_string())])
+    with tiledbsoma.DataFrame.create(uri, schema=schema, domain=[(0, n - 1)]) as df:
+        df.write(
+            pa.table(
+                {
+                    "soma_joinid": pa.array(np.arange(n), pa.int64()),
+                    "x": pa.array(np.arange(n) * 3, pa.int64()),
+                    "s": pa.array([f"row {i}" for i in range(n)], pa.large_string()),
+                }
+            )
+        )
+
+
+def _listable(path) -> bool:
+    try:
+        os.listdir(path)
+        return True
+    except OSError:
+        return False
+
+
+def test_group_that_contains_itself_is_a_cycle_not_an_endless_tree(tmp_path, mount):
+    root = str(tmp_path / "loop")
+    with tiledbsoma.Collection.create(root) as c:
+        c.add_new_collection("child")
+    _small_df(str(tmp_path / "loop" / "df"))
+    with tiledb.Group(root, "w") as g:
+        g.add(root, name="myself")
+        g.add(str(tmp_path / "loop" / "df"), name="df")
+    with tiledb.Group(str(tmp_path / "loop" / "child"), "w") as g:
+        g.add(root, name="parent")
+    with mount(root) as mp:
+        listing = set(os.listdir(mp))
+        assert {"myself", "child", "df", "metadata.json"} <= listing
+        assert os.listdir(Path(mp) / "myself") == ["error.txt"]
+        assert "cycle" in (Path(mp) / "myself" / "error.txt").read_text()
+        assert os.listdir(Path(mp) / "child" / "parent") == ["error.txt"]
+        # A full recursive walk ends.
+        r = subprocess.run(["ls", "-R", mp], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert (Path(mp) / "df" / "data.csv").read_text().count("\n") == 51
+
+
+def test_truncated_fragment_is_eio_and_the_rest_keeps_working(tmp_path, mount):
+    store = tmp_path / "store"
+    with tiledbsoma.Collection.create(str(store)):
+        pass
+    _small_df(str(store / "good"))
+    _small_df(str(store / "bad"))
+    with tiledbsoma.open(str(store), "w") as c:
+        c.set("good", tiledbsoma.open(str(store / "good")), use_relative_uri=True)
+        c.set("bad", tiledbsoma.open(str(store / "bad")), use_relative_uri=True)
+    # Cut every data file of the bad array's fragment in half.
+    for f in (store / "bad" / "__fragments").rglob("*.tdb"):
+        if f.stat().st_size > 16 and f.name != "__fragment_metadata.tdb":
+            with open(f, "r+b") as fh:
+                fh.truncate(f.stat().st_size // 2)
+    with mount(store) as mp:
+        with pytest.raises(OSError) as err:
+            (Path(mp) / "bad" / "data.csv").read_bytes()
+        assert err.value.errno == errno.EIO
+        assert (Path(mp) / "good" / "data.csv").read_text().count("\n") == 51
+        assert "bad" in os.listdir(mp)
+        log = Path(mp.log).read_text(errors="replace")
+        assert "ERROR" in log and "bad" in log, log[-2000:]
+        assert mp.proc.poll() is None, "the daemon died"
+
+
+def test_very_large_metadata_values(tmp_path, mount):
+    uri = str(tmp_path / "big_md")
+    _small_df(uri)
+    big = "x" * (4 << 20)
+    with tiledbsoma.open(uri, "w") as df:
+        df.metadata["huge"] = big
+    with mount(uri) as mp:
+        path = Path(mp) / "metadata.json"
+        text = path.read_text()
+        assert os.stat(path).st_size == len(text.encode())
+        import json
+
+        assert json.loads(text)["huge"] == big
+
+
+def test_member_that_is_not_a_tiledb_object(tmp_path, mount):
+    root = str(tmp_path / "odd")
+    with tiledbsoma.Collection.create(root):
+        pass
+    plain = tmp_path / "not-tiledb"
+    plain.mkdir()
+    (plain / "readme.txt").write_text("hello")
+    _small_df(str(tmp_path / "ok"))
+    with tiledb.Group(root, "w") as g:
+        g.add(str(tmp_path / "ok"), name="ok")
+    # Point a second member at a TileDB object, then replace it with a plain directory.
+    _small_df(str(tmp_path / "soon-plain"))
+    with tiledb.Group(root, "w") as g:
+        g.add(str(tmp_path / "soon-plain"), name="plain")
+    shutil.rmtree(tmp_path / "soon-plain")
+    shutil.copytree(plain, tmp_path / "soon-plain")
+    with mount(root) as mp:
+        assert os.listdir(Path(mp) / "plain") == ["error.txt"]
+        assert "soon-plain" in (Path(mp) / "plain" / "error.txt").read_text()
+        assert (Path(mp) / "ok" / "data.csv").read_text().count("\n") == 51
+
+
+# --------------------------------------------------------------------------------------
+# load
+
+
+def _read_all(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _read_random(path: Path, size: int, rng: random.Random, count: int) -> list[tuple[int, bytes]]:
+    out = []
+    with open(path, "rb") as f:
+        for _ in range(count):
+            offset = rng.randrange(0, max(1, size))
+            f.seek(offset)
+            out.append((offset, f.read(rng.randrange(1, 200_000))))
+    return out
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+@pytest.mark.timeout(300)
+def test_sixteen_concurrent_readers(fixtures_dir, mount):
+    """16 readers over the same and different files, sequential and random offsets, for a
+    bounded time: every byte equals a single reader's, memory stays bounded, no deadlock."""
+    with mount(fixtures_dir / "big", "--materialize-limit", "1M") as ref_mp:
+        ref = {
+            "csv": _read_all(Path(ref_mp) / "X" / "data.csv"),
+            "tsv": _read_all(Path(ref_mp) / "X" / "data.tsv"),
+        }
+    with mount(fixtures_dir / "hand") as hand_mp:
+        npy_path = Path(hand_mp) / "ms" / "RNA" / "obsm" / "X_pca" / "data.npy"
+        ref["npy"] = _read_all(npy_path)
+    with mount(fixtures_dir / "big", "--materialize-limit", "1M") as mp, mount(fixtures_dir / "hand") as hand:
+        paths = {
+            "csv": Path(mp) / "X" / "data.csv",
+            "tsv": Path(mp) / "X" / "data.tsv",
+            "npy": Path(hand) / "ms" / "RNA" / "obsm" / "X_pca" / "data.npy",
+        }
+        errors: list[str] = []
+        peak = [0.0]
+        deadline = time.monotonic() + 20
+
+        def worker(i: int) -> None:
+            rng = random.Random(i)
+            kinds = ["csv", "tsv", "npy"]
+            try:
+                while time.monotonic() < deadline:
+                    kind = kinds[(i + rng.randrange(3)) % 3]
+                    if i % 2 == 0 or kind == "npy":
+                        if kind == "npy":
+                            for offset, data in _read_random(paths[kind], len(ref[kind]), rng, 20):
+                                if data != ref[kind][offset : offset + len(data)]:
+                                    errors.append(f"reader {i}: {kind} bytes differ at {offset}")
+                        else:
+                            data = _read_all(paths[kind])
+                            if data != ref[kind]:
+                                errors.append(f"reader {i}: whole {kind} differs ({len(data)} bytes)")
+                    else:
+                        # Random offsets on a data file: once generated it is exact and seekable.
+                        data = _read_all(paths[kind])
+                        if data != ref[kind]:
+                            errors.append(f"reader {i}: whole {kind} differs")
+                        for offset, part in _read_random(paths[kind], len(ref[kind]), rng, 10):
+                            if part != ref[kind][offset : offset + len(part)]:
+                                errors.append(f"reader {i}: {kind} bytes differ at {offset}")
+                    peak[0] = max(peak[0], _rss_mb(mp.proc.pid))
+            except Exception as e:  # noqa: BLE001 -- every failure is reported
+                errors.append(f"reader {i}: {e!r}")
+
+        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        hung = [t for t in threads if t.is_alive()]
+        assert not hung, f"{len(hung)} readers still blocked 100 s after the deadline"
+        assert not errors, "\n".join(errors[:20])
+        assert mp.proc.poll() is None
+        assert peak[0] < 1024, f"daemon RSS reached {peak[0]:.0f} MB"
+
+
+@pytest.mark.timeout(120)
+def test_readers_killed_mid_file_free_their_work(fixtures_dir, mount):
+    with mount(fixtures_dir / "big", "--materialize-limit", "0") as mp:
+        path = Path(mp) / "X" / "data.csv"
+        os.listdir(Path(mp) / "X")
+        baseline = _threads(mp.proc.pid)
+        readers = []
+        for _ in range(6):
+            p = subprocess.Popen(["sh", "-c", f"head -c 100000 '{path}' > /dev/null; sleep 30"])
+            readers.append(p)
+        # Also a reader killed while reading.
+        slow = subprocess.Popen(["sh", "-c", f"cat '{path}' | (head -c 1000; sleep 30) > /dev/null"])
+        time.sleep(1.0)
+        for p in readers + [slow]:
+            p.kill()
+            p.wait(EXIT_TIMEOUT)
+        subprocess.run(["pkill", "-f", f"cat {path}"], check=False)
+        # The generators behind the closed files stop; the daemon's threads go back down.
+        assert wait_until(lambda: _threads(mp.proc.pid) <= baseline + 2, 20), (
+            f"threads: {_threads(mp.proc.pid)}, baseline {baseline}"
+        )
+        # And it still serves the whole file correctly.
+        assert path.read_bytes().count(b"\n") > 1000
