@@ -190,25 +190,12 @@ impl Array {
     }
 
     pub fn metadata(&self) -> Result<Metadata> {
-        let mut count = 0u64;
-        tiledb_call!(
+        metadata::read_all(
             &self.ctx,
-            tiledb_array_get_metadata_num(self.raw, &mut count)
-        )?;
-        metadata::read_all(count, |index, e| {
-            tiledb_call!(
-                &self.ctx,
-                tiledb_array_get_metadata_from_index(
-                    self.raw,
-                    index,
-                    &mut e.key,
-                    &mut e.key_len,
-                    &mut e.datatype,
-                    &mut e.value_num,
-                    &mut e.value
-                )
-            )
-        })
+            self.raw,
+            ffi::tiledb_array_get_metadata_num,
+            ffi::tiledb_array_get_metadata_from_index,
+        )
     }
 
     /// The bounding box of the written cells along dimension `index`, `None` when empty.

@@ -82,24 +82,11 @@ impl Group {
     }
 
     pub fn metadata(&self) -> Result<Metadata> {
-        let mut count = 0u64;
-        tiledb_call!(
+        metadata::read_all(
             &self.ctx,
-            tiledb_group_get_metadata_num(self.raw, &mut count)
-        )?;
-        metadata::read_all(count, |index, e| {
-            tiledb_call!(
-                &self.ctx,
-                tiledb_group_get_metadata_from_index(
-                    self.raw,
-                    index,
-                    &mut e.key,
-                    &mut e.key_len,
-                    &mut e.datatype,
-                    &mut e.value_num,
-                    &mut e.value
-                )
-            )
-        })
+            self.raw,
+            ffi::tiledb_group_get_metadata_num,
+            ffi::tiledb_group_get_metadata_from_index,
+        )
     }
 }

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void};
 
 use super::datatype::{Datatype, Value};
-use super::Result;
+use super::ffi::{capi_return_t, tiledb_ctx_t, tiledb_datatype_t};
+use super::{Context, Result};
 
 /// One metadata entry: its TileDB datatype and its values.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,51 +27,64 @@ impl MetadataValue {
 /// All metadata of an object, sorted by key.
 pub type Metadata = BTreeMap<String, MetadataValue>;
 
-/// The raw out-parameters of `tiledb_{group,array}_get_metadata_from_index`.
-pub(crate) struct RawEntry {
-    pub key: *const c_char,
-    pub key_len: u32,
-    pub datatype: u32,
-    pub value_num: u32,
-    pub value: *const c_void,
-}
+/// `tiledb_{group,array}_get_metadata_num` for a handle of type `T`.
+pub(crate) type MetadataNum<T> =
+    unsafe extern "C" fn(*mut tiledb_ctx_t, *mut T, *mut u64) -> capi_return_t;
 
-impl RawEntry {
-    pub fn new() -> Self {
-        RawEntry {
-            key: std::ptr::null(),
-            key_len: 0,
-            datatype: 0,
-            value_num: 0,
-            value: std::ptr::null(),
-        }
-    }
-}
+/// `tiledb_{group,array}_get_metadata_from_index` for a handle of type `T`.
+pub(crate) type MetadataFromIndex<T> = unsafe extern "C" fn(
+    *mut tiledb_ctx_t,
+    *mut T,
+    u64,
+    *mut *const c_char,
+    *mut u32,
+    *mut tiledb_datatype_t,
+    *mut u32,
+    *mut *const c_void,
+) -> capi_return_t;
 
-/// Reads `count` entries through `get_entry`, which fills a `RawEntry` for an index; the
-/// pointers it leaves are owned by the open object and valid until it closes.
-pub(crate) fn read_all(
-    count: u64,
-    mut get_entry: impl FnMut(u64, &mut RawEntry) -> Result<()>,
+/// Reads every metadata entry of an open group or array through its pair of C functions.
+pub(crate) fn read_all<T>(
+    ctx: &Context,
+    handle: *mut T,
+    num: MetadataNum<T>,
+    from_index: MetadataFromIndex<T>,
 ) -> Result<Metadata> {
+    let mut count = 0u64;
+    // SAFETY: `handle` is a live open group or array of the kind `num` expects.
+    ctx.check(unsafe { num(ctx.as_ptr(), handle, &mut count) })?;
     let mut out = Metadata::new();
     for index in 0..count {
-        let mut e = RawEntry::new();
-        get_entry(index, &mut e)?;
-        let datatype = Datatype::from_raw(e.datatype)?;
+        let (mut key, mut key_len, mut datatype, mut value_num, mut value) =
+            (std::ptr::null(), 0u32, 0u32, 0u32, std::ptr::null());
+        // SAFETY: as above; every out-pointer is a local. The key and value pointers it sets
+        // are owned by the open object and valid until it closes.
+        ctx.check(unsafe {
+            from_index(
+                ctx.as_ptr(),
+                handle,
+                index,
+                &mut key,
+                &mut key_len,
+                &mut datatype,
+                &mut value_num,
+                &mut value,
+            )
+        })?;
+        let datatype = Datatype::from_raw(datatype)?;
         // SAFETY: libtiledb returned `key_len` bytes at `key` and `value_num` values of
         // `datatype` at `value`, owned by the still-open object; both are copied here.
         let (key, bytes) = unsafe {
-            let key = if e.key.is_null() {
+            let key = if key.is_null() {
                 &[][..]
             } else {
-                std::slice::from_raw_parts(e.key as *const u8, e.key_len as usize)
+                std::slice::from_raw_parts(key as *const u8, key_len as usize)
             };
-            let len = e.value_num as usize * datatype.size();
-            let bytes = if e.value.is_null() || len == 0 {
+            let len = value_num as usize * datatype.size();
+            let bytes = if value.is_null() || len == 0 {
                 &[][..]
             } else {
-                std::slice::from_raw_parts(e.value as *const u8, len)
+                std::slice::from_raw_parts(value as *const u8, len)
             };
             (key, bytes)
         };

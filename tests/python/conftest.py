@@ -25,7 +25,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MAKE_FIXTURES = REPO / "scripts" / "make-fixtures.py"
-STORES = ("hand", "pbmc", "scene", "big")
+# make-fixtures.py runs this one with .venv-old's Python for the v1 store.
+MAKE_FIXTURE_V1 = REPO / "scripts" / "make-fixture-v1.py"
+STORES = ("hand", "pbmc", "scene", "big", "v1", "legacy")
 MOUNT_TIMEOUT = 15.0
 EXIT_TIMEOUT = 10.0
 STAMP = ".fixtures-stamp"
@@ -118,6 +120,15 @@ def pids_with_arg(arg: str) -> list[int]:
     return pids
 
 
+def listable(path) -> bool:
+    """True when `path` can be listed (a dead or missing mount cannot)."""
+    try:
+        os.listdir(path)
+        return True
+    except OSError:
+        return False
+
+
 def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -194,13 +205,18 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def _script_hash() -> str:
-    return hashlib.sha256(MAKE_FIXTURES.read_bytes()).hexdigest()
+    """The stamp make-fixtures.py writes: sha256 over both fixture scripts (see its
+    stamp_digest)."""
+    h = hashlib.sha256()
+    for path in (MAKE_FIXTURES, MAKE_FIXTURE_V1):
+        h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 def ensure_fixtures() -> Path:
     """Build the fixtures if the directory is missing, or if it was built by another
-    version of make-fixtures.py (the stamp it writes no longer matches). A directory
-    without a stamp is used as it is."""
+    version of make-fixtures.py or make-fixture-v1.py (the stamp it writes no longer
+    matches). A directory without a stamp is used as it is."""
     d = fixtures_path()
     stamp = d / STAMP
     stale = stamp.exists() and stamp.read_text().strip() != _script_hash()

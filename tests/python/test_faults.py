@@ -36,14 +36,6 @@ def _small_df(uri: str, n: int = 50) -> None:
         )
 
 
-def _listable(path) -> bool:
-    try:
-        os.listdir(path)
-        return True
-    except OSError:
-        return False
-
-
 def test_group_that_contains_itself_is_a_cycle_not_an_endless_tree(tmp_path, mount):
     root = str(tmp_path / "loop")
     with tiledbsoma.Collection.create(root) as c:

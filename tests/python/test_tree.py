@@ -23,6 +23,7 @@ from conftest import (
     MOUNT_TIMEOUT,
     hash_tree,
     is_mounted,
+    listable,
     pid_alive,
     pids_with_arg,
     unmount,
@@ -505,7 +506,7 @@ def test_restart_after_sigkill_recovers_the_mount(fixtures_dir, mount, soma_moun
             text=True,
         )
         try:
-            assert wait_until(lambda: _listable(mp), MOUNT_TIMEOUT), "no working mount after restart"
+            assert wait_until(lambda: listable(mp), MOUNT_TIMEOUT), "no working mount after restart"
             assert "metadata.json" in os.listdir(mp)
         finally:
             subprocess.run(["umount", mp], capture_output=True, timeout=EXIT_TIMEOUT)
@@ -515,14 +516,6 @@ def test_restart_after_sigkill_recovers_the_mount(fixtures_dir, mount, soma_moun
                 again.kill()
                 again.wait()
         assert "dead mount" in again.stderr.read()
-
-
-def _listable(path) -> bool:
-    try:
-        os.listdir(path)
-        return True
-    except OSError:
-        return False
 
 
 def test_live_mount_is_not_mounted_over(fixtures_dir, mount, soma_mount_bin):
