@@ -251,6 +251,14 @@ impl Tree {
     /// A directory's listing: made on first look, and for object directories made again
     /// once older than the metadata TTL (kept, with its inodes, when the object is unchanged).
     fn listing(&self, node: &Node) -> FsResult<Arc<Listing>> {
+        self.listing_of(node, true)
+    }
+
+    /// [`Self::listing`]; with `open_members`, a new listing of a group also opens its
+    /// member objects (one level down), several at a time, since a look into a group is
+    /// usually followed by looks into its members: `ls -R` of a remote store then pays
+    /// round trips in parallel, not one after another.
+    fn listing_of(&self, node: &Node, open_members: bool) -> FsResult<Arc<Listing>> {
         if !node.kind.is_dir() {
             return Err(FsError::NotADirectory);
         }
@@ -300,7 +308,41 @@ impl Tree {
             _ => Arc::new(self.add_entries(named, fingerprint)),
         };
         *node.listing.write().unwrap_or_else(|e| e.into_inner()) = Some(listing.clone());
+        if open_members && matches!(node.kind, NodeKind::Object { .. }) {
+            self.open_members(&listing);
+        }
         Ok(listing)
+    }
+
+    /// Lists the not-yet-listed object directories among a listing's entries, in parallel.
+    fn open_members(&self, listing: &Listing) {
+        const AT_ONCE: usize = 8;
+        let members: Vec<Arc<Node>> = listing
+            .entries
+            .iter()
+            .filter_map(|(_, ino)| self.node(*ino).ok())
+            .filter(|n| matches!(n.kind, NodeKind::Object { .. }))
+            .filter(|n| {
+                n.listing
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_none()
+            })
+            .collect();
+        if members.len() < 2 {
+            return;
+        }
+        let next = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..AT_ONCE.min(members.len()) {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    let Some(member) = members.get(i) else { break };
+                    // Errors show in the member's own listing (error.txt) when it is looked at.
+                    let _ = self.listing_of(member, false);
+                });
+            }
+        });
     }
 
     /// Gives every entry an inode.
