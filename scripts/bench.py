@@ -9,6 +9,8 @@ Builds a synthetic experiment once (bench-data/, at least 100,000 cells x 20,000
 - the time `head -n 10 X/data/data.csv` takes to print its 10 lines;
 - `cat` of the middle chunk listed in `X/data/slices/` against `cat` of all of X, as a share
   of the full read next to the chunk's share of the cells;
+- a 10-row window of `obsm/dense/data.npy` (200 MB) through `numpy.load(mmap_mode="r")`
+  against reading all of it, next to the window's share of the array;
 - the daemon's peak resident memory (VmHWM) over the whole run.
 
 It prints seconds and ratios (Python time / soma-mount time: above 1 means soma-mount is
@@ -35,7 +37,8 @@ import tiledbsoma
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / "target" / "release" / "soma-mount"
 N_OBS, N_VAR, NNZ = 100_000, 20_000, 20_000_000
-VERSION = "3"  # bump to rebuild the data set
+VERSION = "4"  # bump to rebuild the data set
+DENSE_SHAPE = (50_000, 1_000)  # obsm/dense: 200 MB of float32 for the .npy window read
 
 
 def build(root: Path) -> Path:
@@ -75,6 +78,8 @@ def build(root: Path) -> Path:
         rna.add_new_dataframe("var", schema=var.schema, domain=[(0, N_VAR - 1)])
         X = rna.add_new_collection("X")
         X.add_new_sparse_ndarray("data", type=pa.float32(), shape=(N_OBS, N_VAR))
+        obsm = rna.add_new_collection("obsm")
+        obsm.add_new_dense_ndarray("dense", type=pa.float32(), shape=DENSE_SHAPE)
     time.sleep(0.01)
     with tiledbsoma.open(str(uri / "obs"), "w") as df:
         df.write(obs)
@@ -99,6 +104,11 @@ def build(root: Path) -> Path:
                     }
                 )
             )
+    with tiledbsoma.open(str(uri / "ms" / "RNA" / "obsm" / "dense"), "w") as dense:
+        rows = DENSE_SHAPE[0] // 10
+        for start in range(0, DENSE_SHAPE[0], rows):
+            block = rng.random((rows, DENSE_SHAPE[1]), dtype=np.float32)
+            dense.write((slice(start, start + rows - 1), slice(None)), pa.Tensor.from_numpy(block))
     stamp.touch()
     return uri
 
@@ -210,6 +220,17 @@ def main() -> int:
             middle = chunks[len(chunks) // 2]
             t_chunk = timed(lambda: cat(slices / middle))
         with Mount(uri) as m:
+            npy = m.dir / "ms/RNA/obsm/dense/data.npy"
+            row = DENSE_SHAPE[0] // 2
+
+            def window():
+                a = np.load(npy, mmap_mode="r")
+                return np.array(a[row : row + 10])
+
+            t_window = timed(window)
+            t_whole = timed(lambda: cat(npy))
+            peak = max(peak, m.peak_rss_mb())
+        with Mount(uri) as m:
             t = time.perf_counter()
             out = subprocess.run(
                 ["head", "-n", "10", str(m.dir / "ms/RNA/X/data/data.csv")],
@@ -230,6 +251,11 @@ def main() -> int:
     print(
         f"{'one chunk':<12} {t_chunk:>10.2f}s: {t_chunk / t_full:.1%} of the full CSV read, "
         f"for 1 of {len(chunks)} chunks ({1 / len(chunks):.1%} of the cells; {middle})"
+    )
+    print(
+        f"{'npy window':<12} {t_window * 1000:>9.0f}ms for 10 of {DENSE_SHAPE[0]} rows; "
+        f"the whole {DENSE_SHAPE[0] * DENSE_SHAPE[1] * 4 / 1e6:.0f} MB file: {t_whole:.2f}s "
+        f"({t_window / t_whole:.1%} of it)"
     )
     print(f"{'daemon RSS':<12} {peak:>9.0f}MB (peak)")
     targets = [

@@ -197,7 +197,7 @@ pub struct NpyFile {
 }
 
 /// At least this many bytes of rows are read per query, for sequential readers.
-const NPY_MIN_READ_BYTES: u64 = 4 << 20;
+const NPY_MIN_READ_BYTES: u64 = 1 << 20;
 
 impl NpyFile {
     pub fn new(object: Arc<SomaObject>, header: Vec<u8>, item_size: u64, shape: Vec<u64>) -> Self {
