@@ -11,6 +11,8 @@ Builds a synthetic experiment once (bench-data/, at least 100,000 cells x 20,000
   of the full read next to the chunk's share of the cells;
 - a 10-row window of `obsm/dense/data.npy` (200 MB) through `numpy.load(mmap_mode="r")`
   against reading all of it, next to the window's share of the array;
+- over a local S3 server (moto, on 127.0.0.1, holding the pbmc demo store): `ls -R` of the
+  mount and `cat` of a `metadata.json`, first look and again within the metadata TTL;
 - the daemon's peak resident memory (VmHWM) over the whole run.
 
 It prints seconds and ratios (Python time / soma-mount time: above 1 means soma-mount is
@@ -116,7 +118,7 @@ def build(root: Path) -> Path:
 class Mount:
     """A fresh mount with an empty cache; always unmounted."""
 
-    def __init__(self, uri: Path, *args: str):
+    def __init__(self, uri, *args: str):
         self.dir = Path(tempfile.mkdtemp(prefix="soma-bench-mnt-"))
         self.cache = Path(tempfile.mkdtemp(prefix="soma-bench-cache-"))
         self.proc = subprocess.Popen(
@@ -177,6 +179,43 @@ def python_csv(uri: str, out: Path) -> None:
 
 def python_parquet(uri: str, out: Path) -> None:
     pq.write_table(read_table(uri), str(out))
+
+
+def s3_latencies(store: Path) -> list[tuple[str, float, float]]:
+    """(what, first look, cached) over a local S3 server holding `store`."""
+    sys.path.insert(0, str(REPO / "tests" / "python"))
+    from s3server import S3Server, config_args  # noqa: E402 -- the tests' server helper
+
+    def ls_r(root: Path) -> int:
+        return sum(len(files) + len(dirs) for _, dirs, files in os.walk(root))
+
+    out = []
+    with S3Server() as server:
+        server.create_bucket("bench")
+        server.upload_tree(store, "bench", "pbmc")
+        args = config_args(server.tiledb_config())
+        with Mount("s3://bench/pbmc", *args, "--metadata-ttl", "600") as m:
+            first = timed(lambda: ls_r(m.dir))
+            again = timed(lambda: ls_r(m.dir))
+            out.append(("ls -R", first, again))
+        with Mount("s3://bench/pbmc", *args, "--metadata-ttl", "600") as m:
+            md = m.dir / "ms" / "RNA" / "X" / "data" / "metadata.json"
+            first = timed(lambda: md.read_bytes())
+            again = timed(lambda: md.read_bytes())
+            out.append(("cat metadata", first, again))
+    return out
+
+
+def demo_store() -> Path:
+    """scanpy's pbmc68k_reduced through tiledbsoma, as scripts/demo writes it."""
+    store = REPO / "demo" / "pbmc"
+    if not store.exists():
+        import scanpy
+        import tiledbsoma.io
+
+        store.parent.mkdir(exist_ok=True)
+        tiledbsoma.io.from_anndata(str(store), scanpy.datasets.pbmc68k_reduced(), measurement_name="RNA")
+    return store
 
 
 def main() -> int:
@@ -241,6 +280,7 @@ def main() -> int:
             peak = max(peak, m.peak_rss_mb())
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    s3 = s3_latencies(demo_store())
 
     print()
     print(f"{'what':<12} {'soma-mount':>11} {'python':>9} {'ratio':>7}  size")
@@ -257,6 +297,8 @@ def main() -> int:
         f"the whole {DENSE_SHAPE[0] * DENSE_SHAPE[1] * 4 / 1e6:.0f} MB file: {t_whole:.2f}s "
         f"({t_window / t_whole:.1%} of it)"
     )
+    for what, first, again in s3:
+        print(f"{'S3 ' + what:<12} {first * 1000:>9.0f}ms first look, {again * 1000:.0f}ms cached")
     print(f"{'daemon RSS':<12} {peak:>9.0f}MB (peak)")
     targets = [
         ("X csv >= 2x", rows[0][2] / rows[0][1] >= 2),
