@@ -9,9 +9,18 @@ Removes OUTDIR and rewrites it with four stores, all written with tiledbsoma
   OUTDIR/pbmc   scanpy's bundled pbmc68k_reduced, via tiledbsoma.io.from_anndata
   OUTDIR/hand   a hand-built SOMAExperiment full of edge cases (see build_hand)
   OUTDIR/scene  a spatial SOMAScene: PointCloudDataFrame in obsl, 2-level
-                MultiscaleImage in img, with transforms registered
+                MultiscaleImage in img, with transforms registered; more images in img
+                for the PNG pixel formats (see build_scene_images)
   OUTDIR/big    a SOMACollection with one SparseNDArray "X", 200000 x 2000 float32,
                 ~3M stored cells (a data.csv of tens of MB) for the whole-file tool tests
+  OUTDIR/v1     a small SOMAExperiment of encoding 1.0.0 (soma_encoding_version "1", no
+                current domains) written by tiledbsoma 1.14.5: scripts/make-fixture-v1.py,
+                run with .venv-old's Python (SOMA_OLD_PYTHON overrides; scripts/setup
+                makes .venv-old from requirements-old.txt)
+  OUTDIR/legacy a SOMACollection for the 10x and spatial-error tests (see build_legacy):
+                noncontig (an Experiment whose obs and var soma_joinids are sparse and do
+                not start at 0), noids (an Experiment whose obs has no string id column),
+                bad_space / bad_transforms (collections whose spatial metadata is not JSON)
 
 hand/edge holds the data-file edge cases (see build_edge): all_types (every column
 type tiledbsoma supports, all nullable with nulls, NaN/+-inf in float32 and float64,
@@ -43,6 +52,7 @@ Collection API only takes "normal" keys):
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 import time
 import warnings
@@ -1049,6 +1059,215 @@ def build_scene(uri, rng):
         )
         img.close()
 
+    build_scene_images(uri, np.random.default_rng(SEED + 6))
+
+
+def build_scene_images(uri, rng):
+    """More images in scene/img, one per PNG pixel format (tissue above is 8-bit RGB):
+    gray16 (uint16, no channel axis: 16-bit gray), ga_f32 (float32, 2 channels last,
+    two levels: gray + alpha scaled to 8 bits), rgba (uint8, 4 channels). Their
+    transforms are a UniformScaleTransform, an AffineTransform and an IdentityTransform."""
+    from tiledbsoma import AffineTransform, IdentityTransform, UniformScaleTransform
+
+    xy = ("x", "y")
+    with tiledbsoma.open(uri, "w") as scene:
+        img = scene.add_new_multiscale_image(
+            "gray16", "img", transform=UniformScaleTransform(xy, xy, 2.0), type=pa.uint16(),
+            level_shape=(20, 30), has_channel_axis=False,
+        )
+        vals = rng.integers(0, 65536, size=(20, 30), dtype=np.uint16)
+        vals[0, 0], vals[19, 29] = 0, 65535
+        img["level0"].write((slice(None), slice(None)), pa.Tensor.from_numpy(vals))
+        img.close()
+
+        img = scene.add_new_multiscale_image(
+            "ga_f32", "img", transform=AffineTransform(xy, xy, [[0.5, 0.0, 4.0], [0.0, 0.5, -2.0]]),
+            type=pa.float32(), level_shape=(16, 12, 2), data_axis_order=("y", "x", "soma_channel"),
+        )
+        img["level0"].write(
+            (slice(None),) * 3, pa.Tensor.from_numpy((rng.normal(size=(16, 12, 2)) * 3).astype(np.float32))
+        )
+        lv = img.add_new_level("half", shape=(8, 6, 2))
+        lv.write((slice(None),) * 3, pa.Tensor.from_numpy(rng.uniform(-1, 1, size=(8, 6, 2)).astype(np.float32)))
+        img.close()
+
+        img = scene.add_new_multiscale_image(
+            "rgba", "img", transform=IdentityTransform(xy, xy), type=pa.uint8(), level_shape=(4, 10, 14),
+        )
+        img["level0"].write(
+            (slice(None),) * 3, pa.Tensor.from_numpy(rng.integers(0, 256, size=(4, 10, 14), dtype=np.uint8))
+        )
+        img.close()
+
+
+# --------------------------------------------------------------------------------------
+# v1: encoding 1.0.0, written by an old tiledbsoma in its own venv
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+V1_SCRIPT = os.path.join(REPO, "scripts", "make-fixture-v1.py")
+# The files whose content the fixtures depend on (the stamp hashes them all).
+STAMPED = (os.path.abspath(__file__), V1_SCRIPT)
+
+
+def old_python():
+    exe = os.environ.get("SOMA_OLD_PYTHON") or os.path.join(REPO, ".venv-old", "bin", "python")
+    if not os.access(exe, os.X_OK):
+        raise SystemExit(f"{exe} is missing: run scripts/setup (it makes .venv-old from requirements-old.txt)")
+    return exe
+
+
+def build_v1(uri):
+    r = subprocess.run([old_python(), V1_SCRIPT, uri], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise SystemExit(f"make-fixture-v1.py failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+
+
+# --------------------------------------------------------------------------------------
+# legacy: 10x layouts with non-contiguous join ids, and malformed spatial metadata
+
+# soma_joinids of noncontig's obs and var: sparse, not starting at 0, not in write order.
+NONCONTIG_OBS = [3, 5, 7, 8, 40, 41, 100, 101, 102, 250, 511, 512, 999, 1000, 4095, 65536]
+NONCONTIG_VAR = [2, 3, 9, 10, 57, 58, 300, 301, 1024]
+NONCONTIG_CLUSTERS = ["alpha", "beta", "gamma/delta"]
+NONCONTIG_CONDITIONS = ["ctrl", "stim"]
+# Values of malformed spatial metadata (written with tiledb-py; tiledbsoma would refuse).
+BAD_COORDINATE_SPACE = '[{"name": "x", "unit": "micrometer"}, {"name": '
+BAD_TRANSFORM = '{"transform_type": "AffineTransform", "input_axes": ["x"'
+
+
+def _joinid_df(uri, fields, cols, domain_hi):
+    schema = pa.schema([pa.field("soma_joinid", pa.int64(), nullable=False)] + fields)
+    tbl = pa.Table.from_pydict(cols, schema=schema)
+    with tiledbsoma.DataFrame.create(uri, schema=schema, index_column_names=["soma_joinid"], domain=[[0, domain_hi]]) as df:
+        df.write(tbl)
+
+
+def _x_layers(X, rows_j, cols_j, rng, layers):
+    """Writes each (name, arrow type) layer of X: the same ~40% of the (obs, var) pairs,
+    as float32 values or integer counts; obs rows_j[1] and var cols_j[-2] hold nothing."""
+    pairs = [(r, c) for r in rows_j for c in cols_j if rng.random() < 0.4 and r != rows_j[1] and c != cols_j[-2]]
+    perm = rng.permutation(len(pairs))  # written in random order
+    r = np.array([pairs[i][0] for i in perm], np.int64)
+    c = np.array([pairs[i][1] for i in perm], np.int64)
+    counts = rng.integers(1, 1000, size=len(pairs))
+    shape = (max(rows_j) + 1, max(cols_j) + 1)
+    for name, t in layers:
+        vals = counts.astype(t.to_pandas_dtype()) if pa.types.is_integer(t) else (counts / 7).astype(np.float32)
+        uri = os.path.join(X.uri, name)
+        with tiledbsoma.SparseNDArray.create(uri, type=t, shape=shape) as a:
+            a.write(pa.Table.from_pydict({"soma_dim_0": r, "soma_dim_1": c, "soma_data": pa.array(vals, t)}))
+        X.set(name, tiledbsoma.open(uri), use_relative_uri=True)
+
+
+def build_noncontig(uri, rng):
+    """An Experiment whose obs and var soma_joinids are sparse (see NONCONTIG_OBS/VAR),
+    written in shuffled order; obs ids in "barcode", var ids/names in "feature_id" /
+    "feature_name"; X/data float32 and X/counts int64."""
+    obs_j = list(NONCONTIG_OBS)
+    var_j = list(NONCONTIG_VAR)
+    tiledbsoma.Experiment.create(uri).close()
+    o = rng.permutation(len(obs_j))
+    cond = [None if i % 5 == 3 else i % 2 for i in range(len(obs_j))]
+    _joinid_df(
+        os.path.join(uri, "obs"),
+        [
+            pa.field("barcode", pa.large_string(), nullable=False),
+            pa.field("cluster", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+            pa.field("condition", pa.dictionary(pa.int8(), pa.string()), nullable=True),
+            pa.field("n_counts", pa.float64(), nullable=False),
+        ],
+        {
+            "soma_joinid": pa.array([obs_j[i] for i in o], pa.int64()),
+            "barcode": pa.array([f"BC{obs_j[i]:06d}-1" for i in o], pa.large_string()),
+            "cluster": pa.DictionaryArray.from_arrays(
+                pa.array([i % 3 for i in o], pa.int8()), pa.array(NONCONTIG_CLUSTERS, pa.string())
+            ),
+            "condition": pa.DictionaryArray.from_arrays(
+                pa.array([cond[i] for i in o], pa.int8()), pa.array(NONCONTIG_CONDITIONS, pa.string())
+            ),
+            "n_counts": pa.array([float(obs_j[i]) / 4 for i in o]),
+        },
+        max(obs_j) + 10,
+    )
+    with tiledbsoma.open(uri, "w") as exp:
+        exp.set("obs", tiledbsoma.open(os.path.join(uri, "obs")), use_relative_uri=True)
+        rna = exp.add_new_collection("ms").add_new_collection("RNA", tiledbsoma.Measurement)
+        v = rng.permutation(len(var_j))
+        _joinid_df(
+            os.path.join(rna.uri, "var"),
+            [
+                pa.field("feature_name", pa.large_string(), nullable=False),
+                pa.field("feature_id", pa.large_string(), nullable=False),
+            ],
+            {
+                "soma_joinid": pa.array([var_j[i] for i in v], pa.int64()),
+                "feature_name": pa.array([f"Gene-{var_j[i]}" for i in v], pa.large_string()),
+                "feature_id": pa.array([f"ENSG{var_j[i]:011d}" for i in v], pa.large_string()),
+            },
+            max(var_j) + 10,
+        )
+        rna.set("var", tiledbsoma.open(os.path.join(rna.uri, "var")), use_relative_uri=True)
+        X = rna.add_new_collection("X")
+        _x_layers(X, obs_j, var_j, rng, [("data", pa.float32()), ("counts", pa.int64())])
+
+
+def build_noids(uri, rng):
+    """An Experiment whose obs has no string id column (barcodes are the soma_joinids)
+    and whose var has "gene_ids" / "gene_names"."""
+    n_obs, n_var = 12, 6
+    tiledbsoma.Experiment.create(uri).close()
+    _joinid_df(
+        os.path.join(uri, "obs"),
+        [pa.field("score", pa.float32(), nullable=False), pa.field("group", pa.dictionary(pa.int8(), pa.string()))],
+        {
+            "soma_joinid": pa.array(np.arange(n_obs, dtype=np.int64)),
+            "score": pa.array(rng.random(n_obs).astype(np.float32)),
+            "group": pa.DictionaryArray.from_arrays(
+                pa.array(np.arange(n_obs) % 2, pa.int8()), pa.array(["g1", "g2"], pa.string())
+            ),
+        },
+        n_obs - 1,
+    )
+    with tiledbsoma.open(uri, "w") as exp:
+        exp.set("obs", tiledbsoma.open(os.path.join(uri, "obs")), use_relative_uri=True)
+        rna = exp.add_new_collection("ms").add_new_collection("RNA", tiledbsoma.Measurement)
+        _joinid_df(
+            os.path.join(rna.uri, "var"),
+            [pa.field("gene_names", pa.large_string(), nullable=False), pa.field("gene_ids", pa.large_string(), nullable=False)],
+            {
+                "soma_joinid": pa.array(np.arange(n_var, dtype=np.int64)),
+                "gene_names": pa.array([f"N{i}" for i in range(n_var)], pa.large_string()),
+                "gene_ids": pa.array([f"ID{i}" for i in range(n_var)], pa.large_string()),
+            },
+            n_var - 1,
+        )
+        rna.set("var", tiledbsoma.open(os.path.join(rna.uri, "var")), use_relative_uri=True)
+        X = rna.add_new_collection("X")
+        _x_layers(X, list(range(n_obs)), list(range(n_var)), rng, [("data", pa.float32())])
+
+
+def build_legacy(uri, rng):
+    with tiledbsoma.Collection.create(uri) as c:
+        c.metadata["purpose"] = "10x layouts with sparse join ids; malformed spatial metadata"
+    build_noncontig(os.path.join(uri, "noncontig"), rng)
+    build_noids(os.path.join(uri, "noids"), rng)
+    for name in ("bad_space", "bad_transforms"):
+        tiledbsoma.Collection.create(os.path.join(uri, name)).close()
+    with tiledb.Group(os.path.join(uri, "bad_space"), "w") as g:
+        g.meta["soma_coordinate_space"] = BAD_COORDINATE_SPACE
+    with tiledb.Group(os.path.join(uri, "bad_transforms"), "w") as g:
+        g.meta["soma_scene_registry_points"] = BAD_TRANSFORM
+    for name in ("noncontig", "noids", "bad_space", "bad_transforms"):
+        add_member(uri, name, name, relative=True)
+
+
+def stamp_digest():
+    h = hashlib.sha256()
+    for path in STAMPED:
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
 
 # --------------------------------------------------------------------------------------
 
@@ -1088,13 +1307,14 @@ def main(argv):
     build_scene(os.path.join(outdir, "scene"), np.random.default_rng(SEED + 1))
     build_pbmc(os.path.join(outdir, "pbmc"))
     build_big(os.path.join(outdir, "big"))
-    for store in ("hand", "scene", "pbmc", "big"):
+    build_v1(os.path.join(outdir, "v1"))
+    build_legacy(os.path.join(outdir, "legacy"), np.random.default_rng(SEED + 5))
+    for store in ("hand", "scene", "pbmc", "big", "v1", "legacy"):
         verify(os.path.join(outdir, store))
-    # Lets tests/python/conftest.py rebuild fixtures made by an older version of this script.
-    with open(__file__, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
+    # Lets tests/python/conftest.py rebuild fixtures made by an older version of this
+    # script (or of make-fixture-v1.py).
     with open(os.path.join(outdir, ".fixtures-stamp"), "w") as f:
-        f.write(digest + "\n")
+        f.write(stamp_digest() + "\n")
     print(f"fixtures written to {outdir}")
 
 

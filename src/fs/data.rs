@@ -38,22 +38,19 @@ pub fn io_error(what: &str, e: impl std::fmt::Display) -> FsError {
     FsError::Io(format!("{what}: {e}"))
 }
 
-/// The cache key of a table in a format: the array as of its fragments, and the selection.
+/// The cache key of content made from `arrays` (their snapshots) and `what` of them.
+fn content_key<'a>(arrays: impl IntoIterator<Item = &'a ArrayObject>, what: &[String]) -> CacheKey {
+    let ids = arrays.into_iter().map(|a| a.content_id.as_str());
+    CacheKey::new(what.iter().map(String::as_str).chain(ids))
+}
+
+/// The cache key of a table in a format: the array's snapshot and the selection.
 pub fn table_key(table: &Table, format: TableFormat) -> CacheKey {
-    let array = table.array();
-    let timestamp = format!("{:?}", array.read_timestamp_ms);
-    let selection = format!("{:?}", table.selection);
-    let fragments = array.fragments.iter().map(|f| f.uri.as_str());
-    CacheKey::new(
-        [
-            array.uri.as_str(),
-            format.extension(),
-            &selection,
-            &timestamp,
-        ]
-        .into_iter()
-        .chain(fragments),
-    )
+    let what = [
+        format.extension().to_owned(),
+        format!("{:?}", table.selection),
+    ];
+    content_key([table.array()], &what)
 }
 
 /// Opens a table in a format; the flag says whether it must be read with direct I/O.
@@ -125,13 +122,7 @@ fn open_whole(
 
 /// The cache key of a level's PNG.
 fn png_key(level: &ArrayObject) -> CacheKey {
-    let timestamp = format!("{:?}", level.read_timestamp_ms);
-    let fragments = level.fragments.iter().map(|f| f.uri.as_str());
-    CacheKey::new(
-        [level.uri.as_str(), "png", &timestamp]
-            .into_iter()
-            .chain(fragments),
-    )
+    content_key([level], &["png".to_owned()])
 }
 
 /// Opens a multiscale image level as PNG, generated whole (a PNG is written in one go).
@@ -157,16 +148,11 @@ pub fn open_png(
     open_whole(&options.cache, &png_key(level), &what, generate)
 }
 
-/// The cache key of a matrix directory's file: obs, var and the layer as of their fragments,
-/// the category, and which file.
+/// The cache key of a matrix directory's file: obs, var and the layer's snapshots, the
+/// category, and which file.
 pub fn tenx_key(layer: &TenxLayer, file: TenxFile) -> CacheKey {
-    let mut parts: Vec<String> = vec![format!("{file:?}"), format!("{:?}", layer.cells)];
-    for array in [&layer.obs, &layer.var, &layer.x] {
-        parts.push(array.uri.clone());
-        parts.push(format!("{:?}", array.read_timestamp_ms));
-        parts.extend(array.fragments.iter().map(|f| f.uri.clone()));
-    }
-    CacheKey::new(parts.iter().map(String::as_str))
+    let what = [format!("{file:?}"), format!("{:?}", layer.cells)];
+    content_key([&*layer.obs, &*layer.var, &*layer.x], &what)
 }
 
 /// Opens a file of a matrix directory, generated whole (the matrix's header counts its

@@ -116,37 +116,39 @@ impl NodeKind {
     }
 }
 
+/// A directory's entries: names and what each stands for, in listing order.
+pub type Entries = Vec<(String, NodeKind)>;
+
 /// The name under which null is listed among a column's labels.
 pub const NULL_LABEL: &str = "__null__";
 
-/// The listing of an object's directory, from the object opened (or the error), and the
-/// fingerprint of what it was made from.
+/// The listing of an object's directory, from the object opened, with the fingerprint of
+/// what it was made from; or, when the object cannot be opened, the error's listing.
 pub fn object_entries(
     store: &Store,
     uri: &str,
     obs: Option<&Arc<str>>,
     ancestors: &[String],
-) -> (String, Vec<(String, NodeKind)>) {
+) -> Result<(String, Entries), Entries> {
     match store.open(uri) {
         Ok(object) => {
             let object = Arc::new(object);
             let mut ancestors = ancestors.to_vec();
             ancestors.push(same_object(uri));
-            (
+            Ok((
                 object.fingerprint(),
                 object_files(store, object, obs, ancestors.into()),
-            )
+            ))
         }
         Err(e) => {
             warn!("cannot open {uri}: {e}");
-            let message = format!("cannot open {uri}: {e}");
-            (message.clone(), error_entries(&message))
+            Err(error_entries(&format!("cannot open {uri}: {e}")))
         }
     }
 }
 
 /// The listing of a directory that only says what is wrong.
-pub fn error_entries(message: &str) -> Vec<(String, NodeKind)> {
+pub fn error_entries(message: &str) -> Entries {
     vec![(
         "error.txt".into(),
         NodeKind::File(FileKind::ErrorText(message.into())),
@@ -167,8 +169,8 @@ fn object_files(
     object: Arc<SomaObject>,
     obs: Option<&Arc<str>>,
     ancestors: Arc<[String]>,
-) -> Vec<(String, NodeKind)> {
-    let mut named: Vec<(String, NodeKind)> = Vec::new();
+) -> Entries {
+    let mut named: Entries = Vec::new();
     if let SomaObject::Group(group) = object.as_ref() {
         // An experiment's obs is what the measurements under its `ms` describe cells with.
         let experiment_obs = (group.soma_type == SomaType::Experiment)
@@ -236,7 +238,7 @@ fn object_files(
 }
 
 /// The spatial documents of an object, and the PNG of each level of an image.
-fn spatial_entries(store: &Store, object: &Arc<SomaObject>) -> Vec<(String, NodeKind)> {
+fn spatial_entries(store: &Store, object: &Arc<SomaObject>) -> Entries {
     let metadata = object.metadata();
     let mut named = Vec::new();
     let doc = |d| NodeKind::File(FileKind::Spatial(object.clone(), d));
@@ -311,8 +313,8 @@ fn image_axes(image: &spatial::ImageSchema) -> Option<Vec<ImageAxis>> {
 }
 
 /// The files of a table: `data.<ext>` in every format, and `slices/`.
-pub fn table_entries(table: &Table) -> Vec<(String, NodeKind)> {
-    let mut named: Vec<(String, NodeKind)> = TableFormat::ALL
+pub fn table_entries(table: &Table) -> Entries {
+    let mut named: Entries = TableFormat::ALL
         .into_iter()
         .map(|format| {
             (
@@ -335,7 +337,7 @@ fn enumerated_columns(array: &ArrayObject) -> impl Iterator<Item = &soma::Column
 
 /// `slices/`: the table cut into chunks of about `chunk_cells` stored cells along the first
 /// index column, each in every format.
-pub fn slices_entries(table: &Table, chunk_cells: u64) -> Vec<(String, NodeKind)> {
+pub fn slices_entries(table: &Table, chunk_cells: u64) -> Entries {
     let array = table.array();
     let kinds = column_kinds(array);
     let chunks: Vec<SliceRange> = match soma::chunks(array, chunk_cells) {
@@ -409,7 +411,7 @@ fn slice_file(table: &Table, slice: &SliceName) -> Option<NodeKind> {
 }
 
 /// `by/`: the enumerated columns of a data frame.
-pub fn by_entries(object: &Arc<SomaObject>) -> Vec<(String, NodeKind)> {
+pub fn by_entries(object: &Arc<SomaObject>) -> Entries {
     enumerated_columns(array_of(object))
         .map(|c| {
             (
@@ -421,7 +423,7 @@ pub fn by_entries(object: &Arc<SomaObject>) -> Vec<(String, NodeKind)> {
 }
 
 /// `by/<column>/`: every label of the column (and `__null__` when it is nullable).
-pub fn by_column_entries(object: &Arc<SomaObject>, column: &str) -> Vec<(String, NodeKind)> {
+pub fn by_column_entries(object: &Arc<SomaObject>, column: &str) -> Entries {
     labels(array_of(object), column)
         .into_iter()
         .map(|(name, label)| (name, by_value(object, column, label)))
@@ -429,7 +431,7 @@ pub fn by_column_entries(object: &Arc<SomaObject>, column: &str) -> Vec<(String,
 }
 
 /// `10x/`: every sparse layer of the measurement's `X` (opening obs, var and each layer).
-pub fn tenx_entries(store: &Store, measurement: &SomaObject, obs: &str) -> Vec<(String, NodeKind)> {
+pub fn tenx_entries(store: &Store, measurement: &SomaObject, obs: &str) -> Entries {
     let SomaObject::Group(group) = measurement else {
         return Vec::new();
     };
@@ -475,7 +477,7 @@ pub fn tenx_entries(store: &Store, measurement: &SomaObject, obs: &str) -> Vec<(
 
 /// A matrix directory: the three files (with `genes.tsv` and `features.tsv` both), and `by/`
 /// for a whole layer whose obs has enumerated columns.
-pub fn tenx_layer_entries(layer: &Arc<TenxLayer>) -> Vec<(String, NodeKind)> {
+pub fn tenx_layer_entries(layer: &Arc<TenxLayer>) -> Entries {
     let file = |f| NodeKind::File(FileKind::Tenx(layer.clone(), f));
     let mut named = vec![
         ("matrix.mtx".into(), file(TenxFile::Matrix)),
@@ -490,7 +492,7 @@ pub fn tenx_layer_entries(layer: &Arc<TenxLayer>) -> Vec<(String, NodeKind)> {
 }
 
 /// `10x/<layer>/by/`: obs's enumerated columns.
-pub fn tenx_by_entries(layer: &Arc<TenxLayer>) -> Vec<(String, NodeKind)> {
+pub fn tenx_by_entries(layer: &Arc<TenxLayer>) -> Entries {
     enumerated_columns(&layer.obs)
         .map(|c| {
             (
@@ -502,7 +504,7 @@ pub fn tenx_by_entries(layer: &Arc<TenxLayer>) -> Vec<(String, NodeKind)> {
 }
 
 /// `10x/<layer>/by/<column>/`: a matrix directory per label.
-pub fn tenx_by_column_entries(layer: &Arc<TenxLayer>, column: &str) -> Vec<(String, NodeKind)> {
+pub fn tenx_by_column_entries(layer: &Arc<TenxLayer>, column: &str) -> Entries {
     labels(&layer.obs, column)
         .into_iter()
         .map(|(name, label)| {

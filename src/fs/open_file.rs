@@ -110,11 +110,7 @@ impl Stream {
                     let produced = producer.lock().produced;
                     cache.commit(pending, produced)
                 });
-                if let Err(e) = &result {
-                    if !producer.lock().cancelled {
-                        log::error!("generating {key:?} failed: {e}");
-                    }
-                }
+                // A failure reaches the reader as EIO, which logs it once.
                 producer.lock().finished = Some(result.map_err(|e| e.to_string()));
                 producer.changed.notify_all();
             })?;

@@ -42,7 +42,7 @@ struct Listing {
     entries: Vec<(String, Ino)>,
     by_name: HashMap<String, Ino>,
     /// What the listing was made from (an object directory's object); equal fingerprints
-    /// mean equal listings.
+    /// mean equal listings. `None` for an object that could not be opened.
     fingerprint: Option<String>,
     made: Instant,
 }
@@ -278,11 +278,24 @@ impl Tree {
                 uri,
                 obs,
                 ancestors,
-            } => {
-                let (fingerprint, named) =
-                    node::object_entries(&self.store, uri, obs.as_ref(), ancestors);
-                (Some(fingerprint), named)
-            }
+            } => match node::object_entries(&self.store, uri, obs.as_ref(), ancestors) {
+                Ok((fingerprint, named)) => (Some(fingerprint), named),
+                // A refresh that fails keeps the last good listing (a store that is briefly
+                // unreachable must not look emptied); the next look tries again.
+                Err(_) if current.as_ref().is_some_and(|l| l.fingerprint.is_some()) => {
+                    warn!("{uri}: keeping the last listing until the store answers again");
+                    let old = current.expect("checked just above");
+                    let kept = Arc::new(Listing {
+                        entries: old.entries.clone(),
+                        by_name: old.by_name.clone(),
+                        fingerprint: old.fingerprint.clone(),
+                        made: Instant::now(),
+                    });
+                    *node.listing.write().unwrap_or_else(|e| e.into_inner()) = Some(kept.clone());
+                    return Ok(kept);
+                }
+                Err(named) => (None, named),
+            },
             NodeKind::Broken(message) => (None, node::error_entries(message)),
             NodeKind::Slices(table) => (None, node::slices_entries(table, self.data.chunk_cells)),
             NodeKind::By(object) => (None, node::by_entries(object)),

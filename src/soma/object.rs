@@ -108,11 +108,28 @@ pub struct ArrayObject {
     pub non_empty_domain: Vec<Option<tiledb::Bounds>>,
     /// The fragments seen when the array was opened: what every read of it will see.
     pub fragments: Vec<Fragment>,
-    /// The timestamp reads open the array at, so that they see exactly `fragments`.
-    pub read_timestamp_ms: Option<u64>,
+    /// The timestamp reads open the array at, so that they see exactly this snapshot.
+    pub read_timestamp_ms: u64,
+    /// The mount's `--timestamp`, if any.
+    pub mount_timestamp_ms: Option<u64>,
+    /// What the content depends on, digested (see `content_digest`).
+    pub content_id: String,
 }
 
 impl ArrayObject {
+    /// The digest of what the array's content depends on: the URI, the mount's timestamp,
+    /// the schema (enumerations included) and the fragments. Snapshots with equal digests
+    /// hold equal data; cache keys are made from it.
+    fn content_digest(&self) -> String {
+        let timestamp = format!("{:?}", self.mount_timestamp_ms);
+        let schema = format!("{:?}", self.schema.columns);
+        let head = [self.uri.as_str(), timestamp.as_str(), schema.as_str()];
+        crate::digest::digest(
+            head.into_iter()
+                .chain(self.fragments.iter().map(|f| f.uri.as_str())),
+        )
+    }
+
     /// The number of stored cells.
     ///
     /// Sparse: the fragments' cell counts added up (tiledbsoma never writes the same
@@ -171,10 +188,7 @@ impl SomaObject {
     pub fn fingerprint(&self) -> String {
         match self {
             SomaObject::Group(g) => format!("{:?}{:?}", g.metadata, g.members),
-            SomaObject::Array(a) => format!(
-                "{:?}{:?}{:?}{:?}",
-                a.metadata, a.fragments, a.schema.columns, a.non_empty_domain
-            ),
+            SomaObject::Array(a) => format!("{:?}{}", a.metadata, a.content_id),
         }
     }
 }
@@ -258,14 +272,14 @@ impl Store {
             .enumerate()
             .map(|(i, dim)| array.non_empty_domain(i as u32, dim))
             .collect::<tiledb::Result<Vec<_>>>()?;
+        // Reads open the array as of the moment this open saw it (schema evolutions and
+        // fragments alike); fragments written since are not part of this snapshot.
+        let read_timestamp_ms = array.open_timestamp_end()?;
         let fragments: Vec<Fragment> = FragmentInfo::load(&self.ctx, uri, info.dimensions.first())?
             .into_iter()
-            .filter(|f| self.timestamp_ms.is_none_or(|ts| f.timestamp_range.1 <= ts))
+            .filter(|f| f.timestamp_range.1 <= read_timestamp_ms)
             .collect();
-        let read_timestamp_ms = self
-            .timestamp_ms
-            .or_else(|| fragments.iter().map(|f| f.timestamp_range.1).max());
-        Ok(ArrayObject {
+        let mut array = ArrayObject {
             uri: uri.to_owned(),
             soma_type,
             schema: SomaSchema::new(soma_type, &info, &enumerations),
@@ -273,6 +287,10 @@ impl Store {
             non_empty_domain,
             fragments,
             read_timestamp_ms,
-        })
+            mount_timestamp_ms: self.timestamp_ms,
+            content_id: String::new(),
+        };
+        array.content_id = array.content_digest();
+        Ok(array)
     }
 }

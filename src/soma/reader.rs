@@ -160,7 +160,7 @@ impl BatchReader {
         let handle = Arc::new(Array::open(
             store.context(),
             &array.uri,
-            array.read_timestamp_ms,
+            Some(array.read_timestamp_ms),
         )?);
         let columns: Vec<Column> = array
             .schema

@@ -183,6 +183,17 @@ impl Array {
         Ok(array)
     }
 
+    /// The time the array was opened as of (ms since the epoch): what a later open at this
+    /// timestamp sees is exactly what this one sees, schema evolutions included.
+    pub fn open_timestamp_end(&self) -> Result<u64> {
+        let mut ts = 0u64;
+        tiledb_call!(
+            &self.ctx,
+            tiledb_array_get_open_timestamp_end(self.raw, &mut ts)
+        )?;
+        Ok(ts)
+    }
+
     pub fn schema(&self) -> Result<ArraySchema> {
         let mut raw = ptr::null_mut();
         tiledb_call!(&self.ctx, tiledb_array_get_schema(self.raw, &mut raw))?;

@@ -135,6 +135,14 @@ class S3Server:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def request_count(self) -> int:
+        """How many HTTP requests the server has logged (its access log)."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return 0
+        return sum(1 for line in text.splitlines() if '" ' in line and ' HTTP/1.' in line)
+
     def log_tail(self, limit: int = 6000) -> str:
         try:
             data = self.log.read_bytes()
