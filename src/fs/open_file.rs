@@ -188,6 +188,8 @@ pub struct NpyFile {
     header: Vec<u8>,
     item_size: u64,
     shape: Vec<u64>,
+    /// The tile extent of the first dimension, in rows.
+    tile_rows: u64,
     /// The rows of the first dimension read last: (first row, their bytes).
     last_rows: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
 }
@@ -197,11 +199,22 @@ const NPY_MIN_READ_BYTES: u64 = 1 << 20;
 
 impl NpyFile {
     pub fn new(object: Arc<SomaObject>, header: Vec<u8>, item_size: u64, shape: Vec<u64>) -> Self {
+        let tile_rows = match array_of(&object)
+            .schema
+            .index_columns()
+            .next()
+            .and_then(|c| c.tile_extent.clone())
+        {
+            Some(crate::tiledb::Value::Int(e)) => e.max(1) as u64,
+            Some(crate::tiledb::Value::UInt(e)) => e.max(1),
+            _ => 1,
+        };
         NpyFile {
             object,
             header,
             item_size,
             shape,
+            tile_rows,
             last_rows: Mutex::new(None),
         }
     }
@@ -251,12 +264,17 @@ impl NpyFile {
                 }
             }
         }
-        let wanted_rows = data_end.div_ceil(row_bytes).saturating_sub(row);
+        // Whole tiles of the first dimension: libtiledb decompresses whole tiles anyway, so
+        // a read that stops inside one would pay for it again on the next read.
+        let extent = self.tile_rows.max(1);
+        let first = row - row % extent;
+        let wanted_rows = data_end.div_ceil(row_bytes).saturating_sub(first);
         let min_rows = NPY_MIN_READ_BYTES.div_ceil(row_bytes);
-        let last_row = (row + wanted_rows.max(min_rows)).min(self.shape[0]) - 1;
-        let bytes = Arc::new(self.read_rows(store, row, last_row)?);
-        *self.last_rows.lock().unwrap_or_else(|e| e.into_inner()) = Some((row, bytes.clone()));
-        Ok((row, bytes))
+        let rows = wanted_rows.max(min_rows).div_ceil(extent) * extent;
+        let last_row = (first + rows).min(self.shape[0]) - 1;
+        let bytes = Arc::new(self.read_rows(store, first, last_row)?);
+        *self.last_rows.lock().unwrap_or_else(|e| e.into_inner()) = Some((first, bytes.clone()));
+        Ok((first, bytes))
     }
 
     /// The values of rows `first..=last` of the first dimension, in C order.
