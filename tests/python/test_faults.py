@@ -8,6 +8,7 @@ import errno
 import os
 import random
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -19,7 +20,7 @@ import pytest
 import tiledb
 import tiledbsoma
 
-from conftest import EXIT_TIMEOUT, wait_until
+from conftest import EXIT_TIMEOUT, is_mounted, wait_until
 
 
 def _small_df(uri: str, n: int = 50) -> None:
@@ -234,3 +235,35 @@ def test_readers_killed_mid_file_free_their_work(fixtures_dir, mount):
         )
         # And it still serves the whole file correctly.
         assert path.read_bytes().count(b"\n") > 1000
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "umount"])
+def test_unmount_during_active_reads(how, fixtures_dir, mount):
+    """SIGTERM, SIGINT and umount while readers are in the middle of files: the daemon
+    ends, no mount is left, and the readers get an error or EOF, never a hang."""
+    with mount(fixtures_dir / "big", "--materialize-limit", "0") as mp:
+        path = Path(mp) / "X" / "data.csv"
+        readers = [
+            subprocess.Popen(["dd", f"if={path}", "of=/dev/null", "bs=4096"], stderr=subprocess.DEVNULL)
+            for _ in range(4)
+        ]
+        time.sleep(0.3)
+        if how == "umount":
+            # Busy: a plain umount fails while files are open; the lazy one detaches.
+            r = subprocess.run(["umount", mp], capture_output=True, text=True, timeout=EXIT_TIMEOUT)
+            if r.returncode != 0:
+                subprocess.run(["umount", "-l", mp], check=True, timeout=EXIT_TIMEOUT)
+        else:
+            mp.proc.send_signal(getattr(signal, how))
+        try:
+            mp.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the daemon still runs 30 s after {how} during reads")
+        for r in readers:
+            try:
+                r.wait(30)
+            except subprocess.TimeoutExpired:
+                r.kill()
+                pytest.fail(f"a reader hung after {how}")
+        assert wait_until(lambda: not is_mounted(mp), 5), f"{mp} is still mounted after {how}"
