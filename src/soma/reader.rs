@@ -223,7 +223,7 @@ impl BatchReader {
             plan = Plan::Sorted(Layout::RowMajor);
         }
         let mut runs = VecDeque::new();
-        let mut expected_cells = array.stored_cells();
+        let mut expected_cells = super::estimated_cells(array, selection);
         let (layout, bands) = match plan {
             Plan::Sorted(layout) => (layout, None),
             Plan::Bands { extent, lo } => {
