@@ -199,16 +199,12 @@ const NPY_MIN_READ_BYTES: u64 = 1 << 20;
 
 impl NpyFile {
     pub fn new(object: Arc<SomaObject>, header: Vec<u8>, item_size: u64, shape: Vec<u64>) -> Self {
-        let tile_rows = match array_of(&object)
+        let tile_rows = array_of(&object)
             .schema
             .index_columns()
             .next()
-            .and_then(|c| c.tile_extent.clone())
-        {
-            Some(crate::tiledb::Value::Int(e)) => e.max(1) as u64,
-            Some(crate::tiledb::Value::UInt(e)) => e.max(1),
-            _ => 1,
-        };
+            .and_then(|c| c.tile_extent.as_ref()?.as_i128())
+            .map_or(1, |e| e.max(1) as u64);
         NpyFile {
             object,
             header,

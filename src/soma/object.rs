@@ -169,13 +169,6 @@ impl SomaObject {
         }
     }
 
-    pub fn soma_type(&self) -> SomaType {
-        match self {
-            SomaObject::Group(g) => g.soma_type,
-            SomaObject::Array(a) => a.soma_type,
-        }
-    }
-
     pub fn metadata(&self) -> &Metadata {
         match self {
             SomaObject::Group(g) => &g.metadata,
@@ -225,10 +218,6 @@ impl Store {
 
     pub fn context(&self) -> &Context {
         &self.ctx
-    }
-
-    pub fn timestamp_ms(&self) -> Option<u64> {
-        self.timestamp_ms
     }
 
     /// Opens the object at `uri`, reading its metadata and structure.

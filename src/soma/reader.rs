@@ -88,14 +88,6 @@ fn tiledb_err(e: impl std::fmt::Display) -> tiledb::Error {
     tiledb::Error::new(e.to_string())
 }
 
-fn as_int(v: &Value) -> Option<i128> {
-    match v {
-        Value::Int(i) => Some(i128::from(*i)),
-        Value::UInt(u) => Some(i128::from(*u)),
-        _ => None,
-    }
-}
-
 /// Chooses how to read `array` sorted (see the module's notes).
 fn plan(array: &ArrayObject) -> Plan {
     let schema = &array.schema;
@@ -115,11 +107,11 @@ fn plan(array: &ArrayObject) -> Plan {
         return Plan::Sorted(Layout::RowMajor);
     }
     let first = index[0];
-    let extent = first.tile_extent.as_ref().and_then(as_int);
+    let extent = first.tile_extent.as_ref().and_then(Value::as_i128);
     let lo = first
         .domain
         .as_ref()
-        .and_then(|(lo, _)| as_int(lo))
+        .and_then(|(lo, _)| lo.as_i128())
         .unwrap_or(0);
     match extent {
         Some(extent) if extent > 0 => Plan::Bands { extent, lo },
@@ -229,7 +221,7 @@ impl BatchReader {
             Plan::Bands { extent, lo } => {
                 // Read in runs of bands across what is stored (and selected) on dimension 0.
                 let stored = array.non_empty_domain.first().cloned().flatten();
-                let stored = stored.and_then(|(a, b)| Some((as_int(&a)?, as_int(&b)?)));
+                let stored = stored.and_then(|(a, b)| Some((a.as_i128()?, b.as_i128()?)));
                 let stored_bands = stored.map_or(1, |s| ((s.1 - s.0) / extent + 1) as u64);
                 let cells_per_band = array.stored_cells() / stored_bands.max(1);
                 expected_cells = cells_per_band;
@@ -238,7 +230,7 @@ impl BatchReader {
                     many => many
                         .iter()
                         .filter_map(|(a, b)| {
-                            let (s, a, b) = (stored?, as_int(a)?, as_int(b)?);
+                            let (s, a, b) = (stored?, a.as_i128()?, b.as_i128()?);
                             Some((s.0.max(a), s.1.min(b)))
                         })
                         .filter(|r| r.0 <= r.1)

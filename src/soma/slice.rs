@@ -6,23 +6,6 @@ use crate::tiledb::Value;
 use super::object::ArrayObject;
 use super::reader::Selection;
 
-fn int(v: &Value) -> Option<i128> {
-    match v {
-        Value::Int(i) => Some(i128::from(*i)),
-        Value::UInt(u) => Some(i128::from(*u)),
-        _ => None,
-    }
-}
-
-fn float(v: &Value) -> Option<f64> {
-    match v {
-        Value::Float(f) => Some(*f),
-        Value::Int(i) => Some(*i as f64),
-        Value::UInt(u) => Some(*u as f64),
-        _ => None,
-    }
-}
-
 /// `(lo, hi)` narrowed to `domain`; an empty result has `lo > hi`.
 fn clip_range(range: &(Value, Value), domain: &(Value, Value)) -> (Value, Value) {
     match (range, domain) {
@@ -32,7 +15,7 @@ fn clip_range(range: &(Value, Value), domain: &(Value, Value)) -> (Value, Value)
         ((Value::UInt(a), Value::UInt(b)), (Value::UInt(lo), Value::UInt(hi))) => {
             (Value::UInt(*a.max(lo)), Value::UInt(*b.min(hi)))
         }
-        ((Value::Float(a), Value::Float(b)), (lo, hi)) => match (float(lo), float(hi)) {
+        ((Value::Float(a), Value::Float(b)), (lo, hi)) => match (lo.as_f64(), hi.as_f64()) {
             (Some(lo), Some(hi)) => (Value::Float(a.max(lo)), Value::Float(b.min(hi))),
             _ => range.clone(),
         },
@@ -81,10 +64,10 @@ fn spans(array: &ArrayObject) -> Option<Vec<(i128, i128, f64)>> {
     }
     if array.schema.dense {
         let (lo, hi) = first.domain.as_ref()?;
-        let (lo, hi) = (int(lo)?, int(hi)?);
+        let (lo, hi) = (lo.as_i128()?, hi.as_i128()?);
         let row_cells: f64 = index
             .map(|c| match &c.domain {
-                Some((a, b)) => match (int(a), int(b)) {
+                Some((a, b)) => match (a.as_i128(), b.as_i128()) {
                     (Some(a), Some(b)) => (b - a + 1).max(0) as f64,
                     _ => 1.0,
                 },
@@ -103,7 +86,7 @@ fn spans(array: &ArrayObject) -> Option<Vec<(i128, i128, f64)>> {
             .filter(|f| f.cell_num > 0)
             .filter_map(|f| {
                 let (lo, hi) = f.first_dimension.as_ref()?;
-                Some((int(lo)?, int(hi)?, f.cell_num as f64))
+                Some((lo.as_i128()?, hi.as_i128()?, f.cell_num as f64))
             })
             .collect(),
     )
@@ -124,7 +107,7 @@ pub fn estimated_cells(array: &ArrayObject, selection: &Selection) -> u64 {
             .map(|&(lo, hi, cells)| {
                 let covered: i128 = ranges
                     .iter()
-                    .filter_map(|(a, b)| Some((int(a)?.max(lo), int(b)?.min(hi))))
+                    .filter_map(|(a, b)| Some((a.as_i128()?.max(lo), b.as_i128()?.min(hi))))
                     .map(|(a, b)| (b - a + 1).max(0))
                     .sum();
                 cells * covered as f64 / (hi - lo + 1) as f64
@@ -135,12 +118,12 @@ pub fn estimated_cells(array: &ArrayObject, selection: &Selection) -> u64 {
         let (Some((lo, hi)), false) = (stored.as_ref(), ranges.is_empty()) else {
             continue;
         };
-        let (Some(lo), Some(hi)) = (float(lo), float(hi)) else {
+        let (Some(lo), Some(hi)) = (lo.as_f64(), hi.as_f64()) else {
             continue;
         };
         let kept: f64 = ranges
             .iter()
-            .filter_map(|(a, b)| Some((float(a)?.max(lo), float(b)?.min(hi))))
+            .filter_map(|(a, b)| Some((a.as_f64()?.max(lo), b.as_f64()?.min(hi))))
             .map(|(a, b)| (b - a + 1.0).max(0.0))
             .sum();
         estimate *= (kept / (hi - lo + 1.0)).min(1.0);

@@ -176,3 +176,24 @@ pub enum Value {
     Text(String),
     Bytes(Vec<u8>),
 }
+
+impl Value {
+    /// An integer value (signed or unsigned) widened to i128; `None` for anything else.
+    pub fn as_i128(&self) -> Option<i128> {
+        match self {
+            Value::Int(i) => Some(i128::from(*i)),
+            Value::UInt(u) => Some(i128::from(*u)),
+            _ => None,
+        }
+    }
+
+    /// A numeric value as f64; `None` for anything else.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Float(f) => Some(*f),
+            Value::Int(i) => Some(*i as f64),
+            Value::UInt(u) => Some(*u as f64),
+            _ => None,
+        }
+    }
+}
