@@ -11,6 +11,7 @@ pub mod png;
 pub mod text;
 
 use std::io::{self, Write};
+use std::sync::mpsc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -74,6 +75,10 @@ impl TableFormat {
 
 /// Writes a whole table: `schema`'s rows, batch by batch from `next_batch`, to `out`.
 /// The header (CSV, TSV) is written before the first batch is read, so readers see it at once.
+///
+/// Text is encoded on every core: a large batch is cut into one run of rows per core, the
+/// runs are encoded side by side, and a writer thread writes them in order while the next
+/// batch is read and encoded. A failed write (a reader that went away) stops the encoding.
 pub fn write_table<W: Write + Send>(
     format: TableFormat,
     schema: SchemaRef,
@@ -84,13 +89,82 @@ pub fn write_table<W: Write + Send>(
         return parquet::write_parquet(schema, next_batch, out);
     };
     let encoder = text::TextEncoder::new(kind, &schema);
-    let mut buf = Vec::with_capacity(1 << 20);
-    encoder.header(&schema, &mut buf);
-    out.write_all(&buf)?;
-    while let Some(batch) = next_batch()? {
-        buf.clear();
-        encoder.encode(&batch, &mut buf)?;
-        out.write_all(&buf)?;
-    }
-    out.flush()
+    let mut header = text::TextBuf::default();
+    encoder.header(&schema, &mut header);
+    out.write_all(header.as_bytes())?;
+    let encoders = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_ENCODERS));
+    std::thread::scope(|scope| {
+        let (to_writer, encoded) = mpsc::sync_channel::<text::TextBuf>(2 * encoders);
+        let (recycle, spare) = mpsc::channel::<text::TextBuf>();
+        let writer = scope.spawn(move || -> io::Result<()> {
+            for text in encoded {
+                out.write_all(text.as_bytes())?;
+                let _ = recycle.send(text);
+            }
+            out.flush()
+        });
+        let encoding = (|| -> io::Result<()> {
+            while let Some(batch) = next_batch()? {
+                for text in encode_text(&encoder, &batch, encoders, &spare)? {
+                    if to_writer.send(text).is_err() {
+                        return Ok(()); // the writer failed: its error is the result
+                    }
+                }
+            }
+            Ok(())
+        })();
+        drop(to_writer);
+        let written = writer
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the writer thread panicked")));
+        written.and(encoding)
+    })
+}
+
+/// At most this many threads encode one batch.
+const MAX_ENCODERS: usize = 8;
+
+/// Batches with fewer rows are encoded on one thread.
+const ROWS_PER_ENCODER: usize = 16 * 1024;
+
+/// `batch` as text, in runs of rows encoded side by side (see [`write_table`]); buffers come
+/// from `spare` when the writer has handed some back.
+fn encode_text(
+    encoder: &text::TextEncoder,
+    batch: &RecordBatch,
+    encoders: usize,
+    spare: &mpsc::Receiver<text::TextBuf>,
+) -> io::Result<Vec<text::TextBuf>> {
+    let rows = batch.num_rows();
+    let runs = (rows / ROWS_PER_ENCODER).clamp(1, encoders);
+    let per_run = rows.div_ceil(runs);
+    let mut texts: Vec<text::TextBuf> = (0..runs)
+        .map(|_| {
+            let mut text = spare.try_recv().unwrap_or_default();
+            text.clear();
+            text
+        })
+        .collect();
+    let encode = |run: usize, text: &mut text::TextBuf| {
+        let start = (run * per_run).min(rows);
+        let len = per_run.min(rows - start);
+        encoder.encode(&batch.slice(start, len), text)
+    };
+    std::thread::scope(|scope| {
+        let (first, rest) = texts.split_first_mut().expect("at least one run");
+        let others: Vec<_> = rest
+            .iter_mut()
+            .enumerate()
+            .map(|(i, text)| scope.spawn(move || encode(i + 1, text)))
+            .collect();
+        let mut result = encode(0, first);
+        for other in others {
+            let done = other
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("an encoder thread panicked")));
+            result = result.and(done);
+        }
+        result
+    })?;
+    Ok(texts)
 }

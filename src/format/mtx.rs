@@ -57,7 +57,7 @@ pub fn write_entries(
     out: &mut Vec<u8>,
 ) -> io::Result<u64> {
     let mut itoa = itoa::Buffer::new();
-    let mut ryu = ryu::Buffer::new();
+    let mut zmij = zmij::Buffer::new();
     let mut written = 0;
     macro_rules! each {
         ($t:ty, $fmt:expr) => {{
@@ -73,16 +73,16 @@ pub fn write_entries(
                 out.push(b' ');
                 let v = values.value(row);
                 #[allow(clippy::redundant_closure_call)]
-                out.extend_from_slice(($fmt)(v, &mut itoa, &mut ryu).as_bytes());
+                out.extend_from_slice(($fmt)(v, &mut itoa, &mut zmij).as_bytes());
                 out.push(b'\n');
                 written += 1;
             }
         }};
     }
-    fn int<'b, T: itoa::Integer>(v: T, i: &'b mut itoa::Buffer, _: &mut ryu::Buffer) -> &'b str {
+    fn int<'b, T: itoa::Integer>(v: T, i: &'b mut itoa::Buffer, _: &mut zmij::Buffer) -> &'b str {
         i.format(v)
     }
-    fn float<'b, T: ryu::Float>(v: T, _: &mut itoa::Buffer, r: &'b mut ryu::Buffer) -> &'b str {
+    fn float<'b, T: zmij::Float>(v: T, _: &mut itoa::Buffer, r: &'b mut zmij::Buffer) -> &'b str {
         r.format(v)
     }
     match values.data_type() {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use log::warn;
 
 use crate::format::png::{ImageAxis, PngLayout};
+use crate::format::text::float_text;
 use crate::format::{json, npy, TableFormat};
 use arrow_schema::DataType;
 
@@ -543,10 +544,8 @@ fn label_text(label: &Value, datatype: Datatype) -> String {
         Value::Text(s) => s.clone(),
         Value::Int(i) => i.to_string(),
         Value::UInt(u) => u.to_string(),
-        Value::Float(f) if datatype == Datatype::Float32 => {
-            ryu::Buffer::new().format(*f as f32).to_owned()
-        }
-        Value::Float(f) => ryu::Buffer::new().format(*f).to_owned(),
+        Value::Float(f) if datatype == Datatype::Float32 => float_text(*f as f32),
+        Value::Float(f) => float_text(*f),
         Value::Bool(b) => b.to_string(),
         Value::Bytes(b) => b.iter().map(|x| format!("{x:02x}")).collect(),
     }

@@ -56,7 +56,7 @@ fn float(text: &str) -> Option<f64> {
 }
 
 fn format_float(value: f64) -> String {
-    ryu::Buffer::new().format_finite(value).to_owned()
+    crate::format::text::float_text(value)
 }
 
 fn parse_range(text: &str, kind: ColumnKind) -> Option<SliceRange> {

@@ -356,20 +356,17 @@ impl BatchReader {
                 Step::RunEnd
             });
         };
-        {
-            let arrays = self
-                .columns
-                .iter()
-                .zip(&batch.columns)
-                .zip(&self.labels)
-                .map(|((column, data), labels)| {
-                    to_arrow(column, data, batch.cells, labels.as_ref())
-                })
-                .collect::<tiledb::Result<Vec<_>>>()?;
-            RecordBatch::try_new(self.schema.clone(), arrays)
-                .map(Step::Batch)
-                .map_err(tiledb_err)
-        }
+        let cells = batch.cells;
+        let arrays = self
+            .columns
+            .iter()
+            .zip(batch.columns)
+            .zip(&self.labels)
+            .map(|((column, data), labels)| to_arrow(column, data, cells, labels.as_ref()))
+            .collect::<tiledb::Result<Vec<_>>>()?;
+        RecordBatch::try_new(self.schema.clone(), arrays)
+            .map(Step::Batch)
+            .map_err(tiledb_err)
     }
 }
 
@@ -607,23 +604,50 @@ fn labels_array(e: &EnumerationInfo) -> tiledb::Result<ArrayRef> {
     Ok(array)
 }
 
-fn nulls(data: &ColumnData<'_>, cells: usize) -> Option<NullBuffer> {
-    let validity = data.validity?;
+fn nulls(data: &ColumnData, cells: usize) -> Option<NullBuffer> {
+    let validity = data.validity.as_ref()?;
     let valid = BooleanBuffer::collect_bool(cells, |i| validity.get(i).is_some_and(|&v| v != 0));
     Some(NullBuffer::new(valid)).filter(|n| n.null_count() > 0)
 }
 
-/// One column of a TileDB batch as an Arrow array of the column's type.
+/// Arrow large offsets over libtiledb's, taken over without a copy once checked: Arrow
+/// requires them to start at or above 0 and never decrease.
+fn large_offsets(offsets: Vec<u64>, cells: usize) -> tiledb::Result<OffsetBuffer<i64>> {
+    let valid = offsets.len() > cells
+        && offsets[0] <= i64::MAX as u64
+        && offsets[cells] <= i64::MAX as u64
+        && offsets[..=cells].windows(2).all(|w| w[0] <= w[1]);
+    if !valid {
+        return Err(tiledb::Error::new(
+            "libtiledb returned invalid var-sized offsets",
+        ));
+    }
+    let offsets = ScalarBuffer::<i64>::new(Buffer::from_vec(offsets), 0, cells + 1);
+    Ok(OffsetBuffer::new(offsets))
+}
+
+/// Values as an Arrow buffer: taken over when aligned for any primitive type (as the
+/// allocator returns them), else copied into an aligned one.
+fn values_buffer(bytes: Vec<u8>) -> Buffer {
+    if bytes.as_ptr().align_offset(16) == 0 {
+        Buffer::from_vec(bytes)
+    } else {
+        Buffer::from_slice_ref(&bytes)
+    }
+}
+
+/// One column of a TileDB batch as an Arrow array of the column's type. Values are taken
+/// over as they are (no copy) wherever Arrow lays them out as libtiledb does.
 fn to_arrow(
     column: &Column,
-    data: &ColumnData<'_>,
+    data: ColumnData,
     cells: usize,
     labels: Option<&ArrayRef>,
 ) -> tiledb::Result<ArrayRef> {
     if cells == 0 {
         return Ok(new_empty_array(&column.arrow_type));
     }
-    let nulls = nulls(data, cells);
+    let nulls = nulls(&data, cells);
     let array: ArrayRef = match &column.arrow_type {
         DataType::Boolean => Arc::new(BooleanArray::new(
             BooleanBuffer::collect_bool(cells, |i| data.data[i] != 0),
@@ -633,9 +657,8 @@ fn to_arrow(
             let offsets = data
                 .offsets
                 .ok_or_else(|| tiledb::Error::new("var-sized column without offsets"))?;
-            let offsets: Vec<i64> = offsets[..=cells].iter().map(|&o| o as i64).collect();
-            let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-            let values = Buffer::from(data.data);
+            let offsets = large_offsets(offsets, cells)?;
+            let values = values_buffer(data.data);
             if column.arrow_type == DataType::LargeUtf8 {
                 Arc::new(LargeStringArray::try_new(offsets, values, nulls).map_err(tiledb_err)?)
             } else {
@@ -660,7 +683,7 @@ fn to_arrow(
             make_array(
                 arrow_data::ArrayData::builder(column.arrow_type.clone())
                     .len(cells)
-                    .add_buffer(Buffer::from(data.data))
+                    .add_buffer(values_buffer(data.data))
                     .nulls(nulls)
                     .add_child_data(labels.to_data())
                     .build()
@@ -670,7 +693,7 @@ fn to_arrow(
         primitive => make_array(
             arrow_data::ArrayData::builder(primitive.clone())
                 .len(cells)
-                .add_buffer(Buffer::from(data.data))
+                .add_buffer(values_buffer(data.data))
                 .nulls(nulls)
                 .build()
                 .map_err(tiledb_err)?,

@@ -61,8 +61,9 @@ impl ColumnSpec {
     }
 }
 
-/// The buffers of one column. Their heap addresses and the boxed sizes are handed to
-/// libtiledb, so they are never moved or reallocated while the query can write to them.
+/// The buffers of one column for one submission. libtiledb gets their addresses and
+/// capacities and writes into their spare capacity; its reported sizes then become their
+/// lengths, and the filled vectors are handed out as a batch (fresh ones take their place).
 struct ColumnBuffers {
     name: CString,
     spec: ColumnSpec,
@@ -72,23 +73,24 @@ struct ColumnBuffers {
     offsets_size: Box<u64>,
     validity: Vec<u8>,
     validity_size: Box<u64>,
+    /// Capacities of the next submission's buffers: data bytes, offsets, validity bytes.
+    capacity: (usize, usize, usize),
 }
 
-/// One column of a batch, viewed in the query's buffers.
-pub struct ColumnData<'a> {
-    pub spec: &'a ColumnSpec,
+/// One column of a batch, owned: its buffers as libtiledb filled them.
+pub struct ColumnData {
     /// Values, fixed-size cells back to back, or the bytes of var-sized cells.
-    pub data: &'a [u8],
+    pub data: Vec<u8>,
     /// For var-sized columns: `cells + 1` byte offsets into `data` (Arrow large offsets).
-    pub offsets: Option<&'a [u64]>,
+    pub offsets: Option<Vec<u64>>,
     /// For nullable columns: one byte per cell, non-zero where the cell is valid.
-    pub validity: Option<&'a [u8]>,
+    pub validity: Option<Vec<u8>>,
 }
 
 /// A batch of cells: every requested column, `cells` long.
-pub struct Batch<'a> {
+pub struct Batch {
     pub cells: usize,
-    pub columns: Vec<ColumnData<'a>>,
+    pub columns: Vec<ColumnData>,
 }
 
 /// A read query over an open array that yields batches of at most its buffers' size.
@@ -98,8 +100,6 @@ pub struct ReadQuery {
     columns: Vec<ColumnBuffers>,
     _array: Arc<Array>,
     done: bool,
-    /// Whether the buffers were set on the query (they are re-set after every resize).
-    buffers_set: bool,
     /// Buffers start small, so the first batch comes quickly, and double after each batch
     /// until their data buffers reach this many bytes in all.
     target_bytes: usize,
@@ -186,31 +186,24 @@ impl ReadQuery {
         let columns = columns
             .iter()
             .map(|spec| {
+                let data = cells
+                    * if spec.is_var() {
+                        VAR_CELL_GUESS
+                    } else {
+                        spec.cell_size()
+                    };
+                let offsets = if spec.is_var() { cells + 1 } else { 0 };
+                let validity = if spec.nullable { cells } else { 0 };
                 Ok(ColumnBuffers {
                     name: c_string(&spec.name)?,
-                    data: vec![
-                        0u8;
-                        cells
-                            * if spec.is_var() {
-                                VAR_CELL_GUESS
-                            } else {
-                                spec.cell_size()
-                            }
-                    ],
+                    data: Vec::new(),
                     data_size: Box::new(0),
-                    offsets: if spec.is_var() {
-                        vec![0u64; cells + 1]
-                    } else {
-                        Vec::new()
-                    },
+                    offsets: Vec::new(),
                     offsets_size: Box::new(0),
-                    validity: if spec.nullable {
-                        vec![0u8; cells]
-                    } else {
-                        Vec::new()
-                    },
+                    validity: Vec::new(),
                     validity_size: Box::new(0),
                     spec: spec.clone(),
+                    capacity: (data, offsets, validity),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -219,19 +212,26 @@ impl ReadQuery {
             columns,
             _array: array,
             done: false,
-            buffers_set: false,
             target_bytes: batch_bytes,
         })
     }
 
-    /// Points libtiledb at every buffer and resets the sizes to the buffers' capacities.
+    /// Gives every column empty buffers of its capacities and points libtiledb at them.
     fn set_buffers(&mut self) -> Result<()> {
         let ctx = self.query.context().clone();
         let q = self.query.as_ptr();
         for c in &mut self.columns {
-            *c.data_size = c.data.len() as u64;
-            // SAFETY (all three calls): the buffers and boxed sizes live in `self.columns`
-            // until after the query is freed (field order), and are not resized while set.
+            let (data, offsets, validity) = c.capacity;
+            c.data = Vec::with_capacity(data);
+            c.offsets = Vec::with_capacity(offsets);
+            c.validity = Vec::with_capacity(validity);
+            *c.data_size = c.data.capacity() as u64;
+            *c.offsets_size = (c.offsets.capacity() * 8) as u64;
+            *c.validity_size = c.validity.capacity() as u64;
+            // SAFETY (all three calls): libtiledb writes at most the given sizes, the vectors'
+            // capacities, through these pointers. The vectors and boxed sizes stay in
+            // `self.columns`, untouched, until the submission returns, and the query is freed
+            // before them (field order) or gets new buffers before its next submission.
             tiledb_call!(
                 &ctx,
                 tiledb_query_set_data_buffer(
@@ -242,7 +242,6 @@ impl ReadQuery {
                 )
             )?;
             if c.spec.is_var() {
-                *c.offsets_size = (c.offsets.len() * 8) as u64;
                 tiledb_call!(
                     &ctx,
                     tiledb_query_set_offsets_buffer(
@@ -254,7 +253,6 @@ impl ReadQuery {
                 )?;
             }
             if c.spec.nullable {
-                *c.validity_size = c.validity.len() as u64;
                 tiledb_call!(
                     &ctx,
                     tiledb_query_set_validity_buffer(
@@ -266,58 +264,39 @@ impl ReadQuery {
                 )?;
             }
         }
-        self.buffers_set = true;
         Ok(())
     }
 
-    fn buffer_bytes(&self) -> usize {
+    fn capacity_bytes(&self) -> usize {
         self.columns
             .iter()
-            .map(|c| c.data.len() + c.offsets.len() * 8 + c.validity.len())
+            .map(|c| c.capacity.0 + c.capacity.1 * 8 + c.capacity.2)
             .sum()
     }
 
-    /// Doubles every buffer: a batch did not fit even one cell, or batches grow to the target.
+    /// Doubles every capacity: a batch did not fit even one cell, or batches grow to the
+    /// target.
     fn grow(&mut self) -> Result<()> {
         for c in &mut self.columns {
-            let (data, offsets, validity) = (c.data.len(), c.offsets.len(), c.validity.len());
+            let (data, offsets, validity) = c.capacity;
             if data > (1 << 31) {
                 return Err(Error::new(format!(
                     "a single cell of {} does not fit in 2 GiB",
                     c.spec.name
                 )));
             }
-            c.data = vec![0u8; data * 2];
-            if offsets > 0 {
-                c.offsets = vec![0u64; offsets * 2];
-            }
-            if validity > 0 {
-                c.validity = vec![0u8; validity * 2];
-            }
+            c.capacity = (data * 2, offsets * 2, validity * 2);
         }
-        self.buffers_set = false;
         Ok(())
     }
 
     /// Reads the next batch; `None` once the query has returned everything.
-    pub fn next_batch(&mut self) -> Result<Option<Batch<'_>>> {
+    pub fn next_batch(&mut self) -> Result<Option<Batch>> {
         loop {
             if self.done {
                 return Ok(None);
             }
-            if self.buffers_set && self.buffer_bytes() * 2 <= self.target_bytes {
-                self.grow()?;
-            }
-            if self.buffers_set {
-                // Reset sizes to capacities for this submission.
-                for c in &mut self.columns {
-                    *c.data_size = c.data.len() as u64;
-                    *c.offsets_size = (c.offsets.len() * 8) as u64;
-                    *c.validity_size = c.validity.len() as u64;
-                }
-            } else {
-                self.set_buffers()?;
-            }
+            self.set_buffers()?;
             let ctx = self.query.context().clone();
             tiledb_call!(&ctx, tiledb_query_submit(self.query.as_ptr()))?;
             let mut status = 0;
@@ -325,6 +304,7 @@ impl ReadQuery {
                 &ctx,
                 tiledb_query_get_status(self.query.as_ptr(), &mut status)
             )?;
+            self.take_results()?;
             let cells = self.result_cells();
             match status {
                 ffi::TILEDB_COMPLETED => self.done = true,
@@ -338,8 +318,38 @@ impl ReadQuery {
             if cells == 0 && self.done {
                 return Ok(None);
             }
-            return Ok(Some(self.batch(cells)));
+            let batch = self.batch(cells);
+            if self.capacity_bytes() * 2 <= self.target_bytes {
+                self.grow()?;
+            }
+            return Ok(Some(batch));
         }
+    }
+
+    /// Makes the sizes libtiledb reported the lengths of the buffers it wrote into.
+    fn take_results(&mut self) -> Result<()> {
+        for c in &mut self.columns {
+            let data = *c.data_size as usize;
+            let offsets = *c.offsets_size as usize / 8;
+            let validity = *c.validity_size as usize;
+            if data > c.data.capacity()
+                || offsets > c.offsets.capacity()
+                || validity > c.validity.capacity()
+            {
+                return Err(Error::new(format!(
+                    "libtiledb reported more results for {} than its buffers hold",
+                    c.spec.name
+                )));
+            }
+            // SAFETY: libtiledb initialised the first `size` elements of each buffer it was
+            // given (the sizes it reports), and each is within the capacity (checked above).
+            unsafe {
+                c.data.set_len(data);
+                c.offsets.set_len(offsets);
+                c.validity.set_len(validity);
+            }
+        }
+        Ok(())
     }
 
     /// The number of cells the last submission returned.
@@ -349,27 +359,27 @@ impl ReadQuery {
         };
         if c.spec.is_var() {
             // With the extra element, a batch of n cells has n + 1 offsets (none when empty).
-            (*c.offsets_size as usize / 8).saturating_sub(1)
+            c.offsets.len().saturating_sub(1)
         } else {
-            *c.data_size as usize / c.spec.cell_size()
+            c.data.len() / c.spec.cell_size()
         }
     }
 
-    fn batch(&self, cells: usize) -> Batch<'_> {
+    /// Hands out the filled buffers (the next submission gets new ones).
+    fn batch(&mut self, cells: usize) -> Batch {
         let columns = self
             .columns
-            .iter()
-            .map(|c| ColumnData {
-                spec: &c.spec,
-                data: &c.data[..*c.data_size as usize],
-                offsets: c
-                    .spec
-                    .is_var()
-                    .then(|| &c.offsets[..(*c.offsets_size as usize / 8).max(1)]),
-                validity: c
-                    .spec
-                    .nullable
-                    .then(|| &c.validity[..*c.validity_size as usize]),
+            .iter_mut()
+            .map(|c| {
+                let mut offsets = std::mem::take(&mut c.offsets);
+                if offsets.is_empty() {
+                    offsets.push(0);
+                }
+                ColumnData {
+                    data: std::mem::take(&mut c.data),
+                    offsets: c.spec.is_var().then_some(offsets),
+                    validity: c.spec.nullable.then(|| std::mem::take(&mut c.validity)),
+                }
             })
             .collect();
         Batch { cells, columns }
