@@ -119,24 +119,43 @@ fn plan(array: &ArrayObject) -> Plan {
     }
 }
 
-/// The runs of bands a band-sorted read of `range` (inclusive, on the first dimension) goes
-/// through: the first is one band, then runs of about `CELLS_PER_QUERY` cells.
+/// Cells the first run of a band-sorted read aims for: a few rows, so that the first rows
+/// are sorted and handed out before the rest of their band is read.
+const FIRST_RUN_CELLS: u64 = 8192;
+
+/// The runs of rows a band-sorted read of `range` (inclusive, on the first dimension) goes
+/// through. When `first`, it opens with a run of the few rows that hold about
+/// `FIRST_RUN_CELLS` cells and the rest of their band; then come runs of whole bands of
+/// about `CELLS_PER_QUERY` cells. Every run ends at a band's end or at the range's.
 fn band_runs(
     range: (i128, i128),
     extent: i128,
     lo: i128,
     cells_per_band: u64,
+    first: bool,
 ) -> VecDeque<(i128, i128)> {
     let bands_per_run = (CELLS_PER_QUERY / cells_per_band.max(1)).clamp(1, 1 << 20) as i128;
+    let band_end = |row: i128, bands: i128| {
+        let band = (row - lo).div_euclid(extent);
+        (lo + (band + bands) * extent - 1).min(range.1)
+    };
     let mut runs = VecDeque::new();
     let mut start = range.0;
-    let mut bands = 1;
+    if first && start <= range.1 {
+        let head_rows = (FIRST_RUN_CELLS as u128 * extent as u128)
+            .div_ceil(u128::from(cells_per_band.max(1)))
+            .max(1) as i128;
+        let end = (start + head_rows - 1).min(band_end(start, 1));
+        runs.push_back((start, end));
+        if end < band_end(start, 1) {
+            runs.push_back((end + 1, band_end(start, 1)));
+        }
+        start = band_end(start, 1) + 1;
+    }
     while start <= range.1 {
-        let band = (start - lo).div_euclid(extent);
-        let end = (lo + (band + bands) * extent - 1).min(range.1);
+        let end = band_end(start, bands_per_run);
         runs.push_back((start, end));
         start = end + 1;
-        bands = bands_per_run;
     }
     runs
 }
@@ -237,8 +256,8 @@ impl BatchReader {
                         .collect(),
                 };
                 selected.sort_unstable();
-                for range in selected {
-                    runs.extend(band_runs(range, extent, lo, cells_per_band));
+                for (i, range) in selected.into_iter().enumerate() {
+                    runs.extend(band_runs(range, extent, lo, cells_per_band, i == 0));
                 }
                 if runs.is_empty() {
                     // Nothing stored in the selected ranges: an empty read.
@@ -289,8 +308,10 @@ impl BatchReader {
         let mut expected_cells = self.expected_cells;
         if let Some((lo, hi)) = run {
             if let Some(bands) = &self.bands {
-                let run_bands = ((hi - lo) / i128::from(bands.extent) + 1) as u64;
-                expected_cells = expected_cells.saturating_mul(run_bands);
+                // Per band: scale to the run's rows.
+                let rows = (hi - lo + 1) as u128;
+                let scaled = u128::from(expected_cells) * rows / bands.extent.max(1) as u128;
+                expected_cells = scaled.clamp(1, u128::from(u64::MAX)) as u64;
             }
             let bound = |v: i128| match self.columns[0].arrow_type {
                 DataType::UInt64 => Value::UInt(v as u64),
@@ -700,4 +721,37 @@ fn to_arrow(
         ),
     };
     Ok(array)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_opens_with_a_few_rows_then_the_rest_of_their_band_then_whole_bands() {
+        // Bands of 100 rows from 0, 1000 cells a band (10 a row): 8192 cells are 820 rows.
+        let runs: Vec<_> = band_runs((0, 999), 100, 0, 1000, true).into();
+        assert_eq!(runs[0], (0, 99));
+        // 100 000 cells a band: the first run is 9 rows; runs of 41 bands follow.
+        let runs: Vec<_> = band_runs((5, 9000), 100, 0, 100_000, true).into();
+        assert_eq!(runs[..4], [(5, 13), (14, 99), (100, 4199), (4200, 8299)]);
+        assert_eq!(runs.last(), Some(&(8300, 9000)));
+        // Runs cover the range, in order, without gaps; all but the first end with a band.
+        for w in runs.windows(2) {
+            assert_eq!(w[0].1 + 1, w[1].0);
+        }
+        for &(_, end) in &runs[1..] {
+            assert!((end + 1) % 100 == 0 || end == 9000);
+        }
+        // Later ranges of a read start with whole bands (here a band a run).
+        let runs: Vec<_> = band_runs((250, 420), 100, 0, 5_000_000, false).into();
+        assert_eq!(runs, [(250, 299), (300, 399), (400, 420)]);
+    }
+
+    #[test]
+    fn runs_follow_the_domain_start() {
+        let runs: Vec<_> = band_runs((-10, 25), 10, -10, 10, true).into();
+        assert_eq!(runs[0], (-10, -1));
+        assert_eq!(runs.last(), Some(&(0, 25)));
+    }
 }
