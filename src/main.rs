@@ -423,11 +423,28 @@ fn run(cli: Cli) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Keeps freed memory for reuse rather than handing it back to the system at once. A read
+/// frees batches of tens of megabytes again and again; glibc's defaults returned each to the
+/// system and took it back at the next batch, one page fault per page: a fifth of a read's
+/// time went to faulting in memory it had just freed. Memory above `TRIM_BYTES` of free
+/// space still goes back.
+fn tune_allocator() {
+    const MMAP_BYTES: i32 = 32 << 20; // glibc's largest allowed threshold
+    const TRIM_BYTES: i32 = 256 << 20;
+    // SAFETY: mallopt only sets allocator parameters; it is called before any other thread
+    // exists, and an unsupported value is refused (returns 0), which leaves the default.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_BYTES);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_BYTES);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if !cli.foreground {
         return daemonize();
     }
+    tune_allocator();
     init_logging(&cli);
     run(cli)
 }

@@ -193,11 +193,13 @@ pub struct Store {
 }
 
 /// The libtiledb settings soma-mount always uses: var-sized buffers come out as Arrow large
-/// offsets (64-bit, with the extra final element, in bytes).
-const BASE_CONFIG: [(&str, &str); 3] = [
+/// offsets (64-bit, with the extra final element, in bytes), and freed memory is kept for
+/// the next query rather than trimmed after each (see `tune_allocator` in main.rs).
+const BASE_CONFIG: [(&str, &str); 4] = [
     ("sm.var_offsets.bitsize", "64"),
     ("sm.var_offsets.extra_element", "true"),
     ("sm.var_offsets.mode", "bytes"),
+    ("sm.mem.malloc_trim", "false"),
 ];
 
 impl Store {
