@@ -138,7 +138,13 @@ fn init_logging(cli: &Cli) {
         _ => log::LevelFilter::Debug,
     };
     let mut builder = env_logger::Builder::new();
-    builder.filter_level(level).parse_default_env();
+    builder
+        .filter_level(level)
+        // When the mount is taken away by `umount` (the usual way), fuser still tries to
+        // unmount it on the way out and warns that it could not: not news to anyone.
+        .filter_module("fuser::mnt", log::LevelFilter::Error)
+        .format_timestamp_millis()
+        .parse_default_env();
     if let Some(path) = &cli.log_file {
         match std::fs::OpenOptions::new()
             .create(true)

@@ -4,7 +4,7 @@
 use std::io;
 use std::sync::Arc;
 
-use log::error;
+use log::{debug, error};
 
 use crate::format::png::{self, ImageAxis};
 use crate::format::{self, mtx, TableFormat};
@@ -106,6 +106,7 @@ fn open_whole(
     let lock = cache.generation_lock(key);
     let _generating = lock.lock().unwrap_or_else(|e| e.into_inner());
     if cache.size(key).is_none() {
+        let started = std::time::Instant::now();
         let (pending, file) = cache.begin(key).map_err(|e| io_error(what, e))?;
         let mut out = io::BufWriter::with_capacity(1 << 20, &file);
         generate(&mut out).map_err(|e| io_error(what, e))?;
@@ -113,6 +114,7 @@ fn open_whole(
         drop(out);
         let size = file.metadata().map_err(|e| io_error(what, e))?.len();
         cache.commit(pending, size).map_err(|e| io_error(what, e))?;
+        debug!("generated {what}: {size} bytes in {:?}", started.elapsed());
     }
     let (file, _) = cache
         .open_entry(key)

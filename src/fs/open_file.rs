@@ -106,9 +106,12 @@ impl Stream {
                     stream: &producer,
                     file,
                 };
+                let started = std::time::Instant::now();
                 let result = generate(&mut sink).and_then(|()| {
                     let produced = producer.lock().produced;
-                    cache.commit(pending, produced)
+                    cache.commit(pending, produced)?;
+                    log::debug!("streamed {produced} bytes in {:?}", started.elapsed());
+                    Ok(())
                 });
                 // A failure reaches the reader as EIO, which logs it once.
                 producer.lock().finished = Some(result.map_err(|e| e.to_string()));

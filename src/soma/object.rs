@@ -224,13 +224,16 @@ impl Store {
 
     /// Opens the object at `uri`, reading its metadata and structure.
     pub fn open(&self, uri: &str) -> tiledb::Result<SomaObject> {
-        match tiledb::object_type(&self.ctx, uri)? {
+        let started = std::time::Instant::now();
+        let object = match tiledb::object_type(&self.ctx, uri)? {
             ObjectType::Group => self.open_group(uri).map(SomaObject::Group),
             ObjectType::Array => self.open_array(uri).map(SomaObject::Array),
             ObjectType::Invalid => Err(tiledb::Error::new(format!(
                 "no TileDB group or array at {uri}"
             ))),
-        }
+        }?;
+        log::debug!("opened {uri} in {:?}", started.elapsed());
+        Ok(object)
     }
 
     fn open_group(&self, uri: &str) -> tiledb::Result<GroupObject> {
