@@ -264,7 +264,9 @@ mod tests {
             ),
             (
                 "count",
-                Arc::new(Int64Array::from_iter_values((0..n).map(|i| (i * 7919) % 13))),
+                Arc::new(Int64Array::from_iter_values(
+                    (0..n).map(|i| (i * 7919) % 13),
+                )),
             ),
         ])];
         let chosen: Vec<ColumnEncoding> = (0..5).map(|i| choose_encoding(&sample, i)).collect();

@@ -10,7 +10,8 @@ use crate::format::png::{self, ImageAxis};
 use crate::format::{self, mtx, TableFormat};
 use crate::soma::tenx::{Positions, TenxLayer};
 use crate::soma::{
-    dense_values, estimated_cells, ArrayObject, BatchReader, Prefetch, Store, BATCH_BYTES,
+    dense_values, estimated_cells, open_snapshot, ArrayObject, BatchReader, Prefetch, Store,
+    BATCH_BYTES,
 };
 
 use super::cache::{CacheKey, ContentCache};
@@ -136,7 +137,8 @@ pub fn open_png(
 ) -> FsResult<OpenFile> {
     let what = format!("{} as PNG", level.uri);
     let generate = |out: &mut (dyn io::Write + Send)| {
-        let values = dense_values(store, level, None).map_err(io::Error::other)?;
+        let handle = open_snapshot(store, level).map_err(io::Error::other)?;
+        let values = dense_values(Arc::new(handle), level, None).map_err(io::Error::other)?;
         let shape = level.schema.shape.clone().unwrap_or_default();
         let value_type = level
             .schema

@@ -7,7 +7,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::soma::{dense_values, SomaObject, Store};
+use crate::soma::{dense_values, open_snapshot, SomaObject, Store};
+use crate::tiledb::Array;
 
 use super::cache::{CacheKey, ContentCache};
 use super::node::array_of;
@@ -195,6 +196,9 @@ pub struct NpyFile {
     tile_rows: u64,
     /// The rows of the first dimension read last: (first row, their bytes).
     last_rows: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
+    /// The array open at its snapshot, once a read has opened it: later reads share it, one
+    /// at a time (held while reading).
+    handle: Mutex<Option<Arc<Array>>>,
 }
 
 /// At least this many bytes of rows are read per query, for sequential readers.
@@ -215,6 +219,7 @@ impl NpyFile {
             shape,
             tile_rows,
             last_rows: Mutex::new(None),
+            handle: Mutex::new(None),
         }
     }
 
@@ -254,15 +259,31 @@ impl NpyFile {
     /// read when it has them, else from a new dense read.
     fn rows_from(&self, store: &Store, row: u64, data_end: u64) -> io::Result<(u64, Arc<Vec<u8>>)> {
         let row_bytes = self.shape.iter().skip(1).product::<u64>() * self.item_size;
-        {
+        let held = || {
             let last = self.last_rows.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((first, bytes)) = &*last {
-                let held = bytes.len() as u64 / row_bytes;
-                if row >= *first && row < first + held {
-                    return Ok((*first, bytes.clone()));
-                }
-            }
+            last.as_ref()
+                .filter(|(first, bytes)| {
+                    row >= *first && row < first + bytes.len() as u64 / row_bytes
+                })
+                .cloned()
+        };
+        if let Some(rows) = held() {
+            return Ok(rows);
         }
+        // One read at a time through the file's array handle; a reader that waited here may
+        // find its rows read by the one before it.
+        let mut opened = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(rows) = held() {
+            return Ok(rows);
+        }
+        let array = array_of(&self.object);
+        let handle = match &*opened {
+            Some(open) => open.clone(),
+            None => {
+                let open = Arc::new(open_snapshot(store, array).map_err(io::Error::other)?);
+                opened.insert(open).clone()
+            }
+        };
         // Whole tiles of the first dimension: libtiledb decompresses whole tiles anyway, so
         // a read that stops inside one would pay for it again on the next read.
         let extent = self.tile_rows.max(1);
@@ -271,13 +292,10 @@ impl NpyFile {
         let min_rows = NPY_MIN_READ_BYTES.div_ceil(row_bytes);
         let rows = wanted_rows.max(min_rows).div_ceil(extent) * extent;
         let last_row = (first + rows).min(self.shape[0]) - 1;
-        let bytes = Arc::new(self.read_rows(store, first, last_row)?);
+        let bytes =
+            dense_values(handle, array, Some((first, last_row))).map_err(io::Error::other)?;
+        let bytes = Arc::new(bytes);
         *self.last_rows.lock().unwrap_or_else(|e| e.into_inner()) = Some((first, bytes.clone()));
         Ok((first, bytes))
-    }
-
-    /// The values of rows `first..=last` of the first dimension, in C order.
-    fn read_rows(&self, store: &Store, first: u64, last: u64) -> io::Result<Vec<u8>> {
-        dense_values(store, array_of(&self.object), Some((first, last))).map_err(io::Error::other)
     }
 }

@@ -168,11 +168,18 @@ impl BatchReader {
         selection: &Selection,
         batch_bytes: usize,
     ) -> tiledb::Result<BatchReader> {
-        let handle = Arc::new(Array::open(
-            store.context(),
-            &array.uri,
-            Some(array.read_timestamp_ms),
-        )?);
+        let handle = Arc::new(open_snapshot(store, array)?);
+        BatchReader::open_on(handle, array, selection, batch_bytes)
+    }
+
+    /// Like [`BatchReader::open`], through `handle`, the array already open at its
+    /// snapshot ([`open_snapshot`]): readers of one file share it.
+    pub fn open_on(
+        handle: Arc<Array>,
+        array: &ArrayObject,
+        selection: &Selection,
+        batch_bytes: usize,
+    ) -> tiledb::Result<BatchReader> {
         let columns: Vec<Column> = array
             .schema
             .columns
@@ -545,10 +552,16 @@ impl Prefetch {
     }
 }
 
+/// Opens `array` in libtiledb as of its snapshot: what every read of it sees.
+pub fn open_snapshot(store: &Store, array: &ArrayObject) -> tiledb::Result<Array> {
+    Array::open(store.context(), &array.uri, Some(array.read_timestamp_ms))
+}
+
 /// The values of a dense array in C order, as native bytes (bool as one byte each): all of
 /// it, or rows `first..=last` of its first dimension (counted from the domain's start).
+/// `handle` is the array open at its snapshot ([`open_snapshot`]).
 pub fn dense_values(
-    store: &Store,
+    handle: Arc<Array>,
     array: &ArrayObject,
     rows: Option<(u64, u64)>,
 ) -> tiledb::Result<Vec<u8>> {
@@ -568,7 +581,7 @@ pub fn dense_values(
             Value::Int(lo + last as i64),
         )]];
     }
-    let mut reader = BatchReader::open(store, array, &selection, BATCH_BYTES)?;
+    let mut reader = BatchReader::open_on(handle, array, &selection, BATCH_BYTES)?;
     let mut out = Vec::new();
     while let Some(batch) = reader.next_batch()? {
         let values = batch.column(batch.num_columns() - 1);

@@ -375,49 +375,57 @@ def _enumeration_values(obj, name: str) -> pa.Array:
 def expected_schema(uri: str) -> dict:
     """The schema.json soma-mount must show for the SOMA array at uri, from tiledbsoma."""
     with tiledbsoma.open(uri) as obj:
-        soma_type = obj.soma_type
-        is_nd = soma_type in ND_TYPES
-        schema = obj.schema
-        if is_nd:
-            shape = [int(s) for s in obj.shape]
-            index_cols = [f"soma_dim_{i}" for i in range(len(shape))]
-            domains = {c: [0, s - 1] for c, s in zip(index_cols, shape)}
-        else:
-            index_cols = list(obj.index_column_names)
-            domains = {}
-            for c, (lo, hi) in zip(index_cols, obj.domain):
-                t = schema.field(c).type
-                domains[c] = [_domain_value(lo, t), _domain_value(hi, t)]
-        columns = []
-        for f in schema:
-            col = {"name": f.name, "type": str(f.type), "nullable": bool(f.nullable), "index": f.name in index_cols}
-            if f.name in index_cols:
-                col["domain"] = domains[f.name]
-            if pa.types.is_dictionary(f.type):
-                vals = _enumeration_values(obj, f.name)
-                col["enumeration"] = [
-                    _domain_value(x, f.type.value_type) if isinstance(x, float) else norm_value(x)
-                    for x in vals.to_pylist()
-                ]
-            columns.append(col)
-        exp = {"soma_object_type": soma_type, "index_column_names": index_cols, "columns": columns}
-        if is_nd:
-            exp["shape"] = shape
+        nothing_written = False
+        if obj.soma_type in ND_TYPES:
             with tiledb.open(uri) as raw:
-                written = raw.nonempty_domain()
-            if written is None:
-                # Nothing written: tiledbsoma 2.3.0 says ((0, 0), ...), as if cell 0
-                # held data; libtiledb says empty. Expected: one null per dimension.
-                exp["non_empty_domain"] = [None] * len(shape)
-            else:
-                exp["non_empty_domain"] = [[int(lo), int(hi)] for lo, hi in obj.non_empty_domain()]
-        if soma_type == "SOMASparseNDArray":
-            exp["cell_count"] = int(obj.nnz)
-        elif soma_type == "SOMADenseNDArray":
-            exp["cell_count"] = None  # any int >= 0
+                nothing_written = raw.nonempty_domain() is None
+        return expected_schema_of(obj, nothing_written)
+
+
+def expected_schema_of(obj, nothing_written: bool) -> dict:
+    """The schema.json soma-mount must show for an open SOMA array (opened at whatever
+    timestamp and through whatever context); nothing_written: an ND array with no cells."""
+    soma_type = obj.soma_type
+    is_nd = soma_type in ND_TYPES
+    schema = obj.schema
+    if is_nd:
+        shape = [int(s) for s in obj.shape]
+        index_cols = [f"soma_dim_{i}" for i in range(len(shape))]
+        domains = {c: [0, s - 1] for c, s in zip(index_cols, shape)}
+    else:
+        index_cols = list(obj.index_column_names)
+        domains = {}
+        for c, (lo, hi) in zip(index_cols, obj.domain):
+            t = schema.field(c).type
+            domains[c] = [_domain_value(lo, t), _domain_value(hi, t)]
+    columns = []
+    for f in schema:
+        col = {"name": f.name, "type": str(f.type), "nullable": bool(f.nullable), "index": f.name in index_cols}
+        if f.name in index_cols:
+            col["domain"] = domains[f.name]
+        if pa.types.is_dictionary(f.type):
+            vals = _enumeration_values(obj, f.name)
+            col["enumeration"] = [
+                _domain_value(x, f.type.value_type) if isinstance(x, float) else norm_value(x)
+                for x in vals.to_pylist()
+            ]
+        columns.append(col)
+    exp = {"soma_object_type": soma_type, "index_column_names": index_cols, "columns": columns}
+    if is_nd:
+        exp["shape"] = shape
+        if nothing_written:
+            # tiledbsoma 2.3.0 says ((0, 0), ...) for an array with nothing written, as if
+            # cell 0 held data; libtiledb says empty. Expected: one null per dimension.
+            exp["non_empty_domain"] = [None] * len(shape)
         else:
-            exp["cell_count"] = int(obj.count)
-        return exp
+            exp["non_empty_domain"] = [[int(lo), int(hi)] for lo, hi in obj.non_empty_domain()]
+    if soma_type == "SOMASparseNDArray":
+        exp["cell_count"] = int(obj.nnz)
+    elif soma_type == "SOMADenseNDArray":
+        exp["cell_count"] = None  # any int >= 0
+    else:
+        exp["cell_count"] = int(obj.count)
+    return exp
 
 
 def plain_array_columns(uri: str) -> tuple[list, list]:

@@ -123,50 +123,6 @@ def soma_ref(display: str, obj) -> Ref:
     return Ref(display, st, table, schema, cols, None, False)
 
 
-def expected_schema_of(obj) -> dict:
-    """schema.json for an open SOMA array, as somaref.expected_schema computes it from a
-    URI (here the object may be opened at a timestamp or through an S3 context)."""
-    st = obj.soma_type
-    schema = obj.schema
-    is_nd = st in somaref.ND_TYPES
-    if is_nd:
-        shape = [int(s) for s in obj.shape]
-        index_cols = [f"soma_dim_{i}" for i in range(len(shape))]
-        domains = {c: [0, s - 1] for c, s in zip(index_cols, shape)}
-    else:
-        index_cols = list(obj.index_column_names)
-        domains = {}
-        for c, (lo, hi) in zip(index_cols, obj.domain):
-            t = schema.field(c).type
-            domains[c] = [somaref._domain_value(lo, t), somaref._domain_value(hi, t)]
-    columns = []
-    for f in schema:
-        col = {"name": f.name, "type": str(f.type), "nullable": bool(f.nullable), "index": f.name in index_cols}
-        if f.name in index_cols:
-            col["domain"] = domains[f.name]
-        if pa.types.is_dictionary(f.type):
-            vals = somaref._enumeration_values(obj, f.name)
-            col["enumeration"] = [
-                somaref._domain_value(x, f.type.value_type) if isinstance(x, float) else somaref.norm_value(x)
-                for x in vals.to_pylist()
-            ]
-        columns.append(col)
-    exp = {"soma_object_type": st, "index_column_names": index_cols, "columns": columns}
-    if is_nd:
-        exp["shape"] = shape
-        if st == "SOMASparseNDArray" and obj.nnz == 0:
-            exp["non_empty_domain"] = [None] * len(shape)
-        else:
-            exp["non_empty_domain"] = [[int(lo), int(hi)] for lo, hi in obj.non_empty_domain()]
-    if st == "SOMASparseNDArray":
-        exp["cell_count"] = int(obj.nnz)
-    elif st == "SOMADenseNDArray":
-        exp["cell_count"] = None  # any int >= 0
-    else:
-        exp["cell_count"] = int(obj.count)
-    return exp
-
-
 def stored_cells(uri: str, T: int | None, cfg: dict | None = None) -> int:
     """Cells stored in the fragments of the array at uri visible at T (None: all),
     counting a cell overwritten by a later fragment once per fragment."""
@@ -220,7 +176,7 @@ def check_soma_object(
     except (OSError, ValueError) as e:
         problems.append(f"{display}/schema.json: {e}")
     else:
-        exp = expected_schema_of(obj)
+        exp = somaref.expected_schema_of(obj, obj.soma_type == "SOMASparseNDArray" and obj.nnz == 0)
         if also_cell_count is not None and isinstance(sch, dict) and sch.get("cell_count") == also_cell_count:
             exp["cell_count"] = also_cell_count
         problems += tt._compare_schema(display, sch, exp)
