@@ -398,7 +398,7 @@ impl<'a> Formatter<'a> {
                 write_string(iso8601(v[row], *unit).as_bytes(), kind, out)
             }
             Values::Labels(keys, labels) => match keys[row].and_then(|k| labels.get(k)) {
-                Some(label) => out.put(label),
+                Some(label) => out.put_short(label),
                 None if json => out.put_short(b"null"),
                 None => {}
             },
@@ -489,7 +489,7 @@ fn write_delimited_string(s: &[u8], kind: TextKind, out: &mut TextBuf) {
         || s.iter()
             .any(|&b| b == delimiter || b == b'"' || b == b'\n' || b == b'\r');
     if !needs_quotes {
-        out.put(s);
+        out.put_short(s);
         return;
     }
     out.push(b'"');
@@ -528,7 +528,7 @@ fn write_json_string(s: &[u8], out: &mut TextBuf) {
         out.put_short(escape);
         start = i + 1;
     }
-    out.put(&s[start..]);
+    out.put_short(&s[start..]);
     out.push(b'"');
 }
 
