@@ -96,13 +96,15 @@ pub fn write_table<W: Write + Send>(
     std::thread::scope(|scope| {
         let (to_writer, encoded) = mpsc::sync_channel::<text::TextBuf>(2 * encoders);
         let (recycle, spare) = mpsc::channel::<text::TextBuf>();
-        let writer = scope.spawn(move || -> io::Result<()> {
-            for text in encoded {
-                out.write_all(text.as_bytes())?;
-                let _ = recycle.send(text);
-            }
-            out.flush()
-        });
+        let writer = std::thread::Builder::new()
+            .name("soma-write".into())
+            .spawn_scoped(scope, move || -> io::Result<()> {
+                for text in encoded {
+                    out.write_all(text.as_bytes())?;
+                    let _ = recycle.send(text);
+                }
+                out.flush()
+            })?;
         let encoding = (|| -> io::Result<()> {
             while let Some(batch) = next_batch()? {
                 for text in encode_text(&encoder, &batch, encoders, &spare)? {
@@ -138,33 +140,37 @@ fn encode_text(
     let rows = batch.num_rows();
     let runs = (rows / ROWS_PER_ENCODER).clamp(1, encoders);
     let per_run = rows.div_ceil(runs);
-    let mut texts: Vec<text::TextBuf> = (0..runs)
-        .map(|_| {
-            let mut text = spare.try_recv().unwrap_or_default();
-            text.clear();
-            text
-        })
-        .collect();
-    let encode = |run: usize, text: &mut text::TextBuf| {
+    let spare_text = || {
+        let mut text = spare.try_recv().unwrap_or_default();
+        text.clear();
+        text
+    };
+    let encode = |run: usize, mut text: text::TextBuf| -> io::Result<text::TextBuf> {
         let start = (run * per_run).min(rows);
         let len = per_run.min(rows - start);
-        encoder.encode(&batch.slice(start, len), text)
+        encoder.encode(&batch.slice(start, len), &mut text)?;
+        Ok(text)
     };
-    std::thread::scope(|scope| {
-        let (first, rest) = texts.split_first_mut().expect("at least one run");
-        let others: Vec<_> = rest
-            .iter_mut()
-            .enumerate()
-            .map(|(i, text)| scope.spawn(move || encode(i + 1, text)))
+    let mut texts = Vec::with_capacity(runs);
+    std::thread::scope(|scope| -> io::Result<()> {
+        let others: Vec<_> = (1..runs)
+            .map(|run| {
+                let text = spare_text();
+                let thread = std::thread::Builder::new().name("soma-encode".into());
+                thread.spawn_scoped(scope, move || encode(run, text)).ok()
+            })
             .collect();
-        let mut result = encode(0, first);
-        for other in others {
-            let done = other
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("an encoder thread panicked")));
-            result = result.and(done);
+        texts.push(encode(0, spare_text())?);
+        for (i, other) in others.into_iter().enumerate() {
+            texts.push(match other {
+                Some(thread) => thread
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("an encoder thread panicked")))?,
+                // Its thread could not start: encoded here.
+                None => encode(i + 1, text::TextBuf::default())?,
+            });
         }
-        result
+        Ok(())
     })?;
     Ok(texts)
 }

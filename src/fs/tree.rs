@@ -346,15 +346,18 @@ impl Tree {
             return;
         }
         let next = AtomicU64::new(0);
+        let open_next = || loop {
+            let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+            let Some(member) = members.get(i) else { break };
+            // Errors show in the member's own listing (error.txt) when it is looked at.
+            let _ = self.listing_of(member, false);
+        };
         std::thread::scope(|scope| {
-            for _ in 0..AT_ONCE.min(members.len()) {
-                scope.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                    let Some(member) = members.get(i) else { break };
-                    // Errors show in the member's own listing (error.txt) when it is looked at.
-                    let _ = self.listing_of(member, false);
-                });
+            for _ in 1..AT_ONCE.min(members.len()) {
+                // Fewer threads (none may start) only means fewer at once.
+                let _ = std::thread::Builder::new().spawn_scoped(scope, open_next);
             }
+            open_next();
         });
     }
 
