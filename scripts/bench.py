@@ -1,7 +1,9 @@
 """soma-mount benchmark: the mounted files against the Python reference path, in one run.
 
 Builds a synthetic experiment once (bench-data/, at least 100,000 cells x 20,000 genes and
-20 million nonzeros in X), then measures, each on a fresh mount with an empty cache:
+20 million nonzeros in X), then measures, each on a fresh mount with an empty cache (for the
+side-by-side rows, one whose daemon has first served another array's file: the Python path
+runs twice in one warm interpreter, so both sides are warm, and best of two is taken):
 
 - `cat X/data/data.csv` and `cat obs/data.csv` against tiledbsoma `read()` then
   `pyarrow.csv.write_csv` (what a user would run to get the same CSV);
@@ -240,6 +242,10 @@ def main() -> int:
             size = 0
             for _ in range(2):
                 with Mount(uri) as m:
+                    # Warm like the Python side (which runs twice in one interpreter): the
+                    # daemon first serves another array's file, so the timed read pays for
+                    # generating its file, not for the process's first libtiledb query.
+                    cat(m.dir / "ms/RNA/var/data.csv")
 
                     def run():
                         nonlocal size

@@ -2,16 +2,20 @@
 //! [`Tree`] and its answers into replies. It decides nothing: every write-side request is
 //! `EROFS` because the filesystem is read-only, everything else is the tree's answer.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, IoctlFlags, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem,
+    FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
+use log::debug;
 
 use super::tree::{Attr, FsError, Tree};
 
@@ -24,6 +28,20 @@ pub struct SomaFs {
     mounted_at: SystemTime,
     uid: u32,
     gid: u32,
+    /// Whether the kernel reads cached files itself (FUSE passthrough, Linux 6.9 and later).
+    passthrough: bool,
+    /// The files the kernel reads through passthrough.
+    backing: Mutex<Backing>,
+}
+
+/// Backing files of passthrough opens. The kernel wants one backing file per inode for as
+/// long as any handle of the inode reads through it.
+#[derive(Default)]
+struct Backing {
+    /// Per inode: its backing file and how many handles read through it.
+    inodes: HashMap<u64, (BackingId, usize)>,
+    /// The handles that read through passthrough, and their inode.
+    handles: HashMap<u64, u64>,
 }
 
 impl SomaFs {
@@ -35,7 +53,52 @@ impl SomaFs {
             mounted_at: SystemTime::now(),
             uid,
             gid,
+            passthrough: false,
+            backing: Mutex::new(Backing::default()),
         }
+    }
+
+    /// Replies to an open through passthrough when it can, and gives the reply back when it
+    /// cannot. The kernel then reads the file itself: no request per block, and `mmap` maps
+    /// the cache file. An inode already read through passthrough must be opened through it
+    /// again (the kernel refuses other opens), with the same backing file: its content is the
+    /// same whatever this open found in the cache.
+    fn open_passthrough(
+        &self,
+        ino: u64,
+        fh: u64,
+        cache_file: Option<&std::fs::File>,
+        reply: ReplyOpen,
+    ) -> Result<(), ReplyOpen> {
+        if !self.passthrough {
+            return Err(reply);
+        }
+        let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        if !backing.inodes.contains_key(&ino) {
+            let Some(file) = cache_file else {
+                return Err(reply);
+            };
+            match reply.open_backing(file) {
+                Ok(id) => {
+                    backing.inodes.insert(ino, (id, 0));
+                }
+                Err(e) => {
+                    debug!("no passthrough for inode {ino}: {e}");
+                    return Err(reply);
+                }
+            }
+        } else if cache_file.is_none() {
+            // This open made a stream the kernel will not read: stop it now.
+            self.tree.release(fh);
+        }
+        backing.handles.insert(fh, ino);
+        let (id, handles) = backing
+            .inodes
+            .get_mut(&ino)
+            .expect("present or inserted above");
+        *handles += 1;
+        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id);
+        Ok(())
     }
 
     fn file_attr(&self, attr: &Attr) -> FileAttr {
@@ -83,6 +146,13 @@ fn errno(e: &FsError) -> Errno {
 }
 
 impl Filesystem for SomaFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        self.passthrough = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+            && config.set_max_stack_depth(1).is_ok();
+        debug!("FUSE passthrough: {}", self.passthrough);
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
@@ -104,12 +174,19 @@ impl Filesystem for SomaFs {
         if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             return reply.error(Errno::EROFS);
         }
-        match self.tree.open(ino.0) {
-            Ok(opened) if opened.direct_io => {
-                reply.opened(FileHandle(opened.fh), FopenFlags::FOPEN_DIRECT_IO)
-            }
-            Ok(opened) => reply.opened(FileHandle(opened.fh), FopenFlags::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(errno(&e)),
+        let opened = match self.tree.open(ino.0) {
+            Ok(opened) => opened,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let fh = opened.fh;
+        let reply = match self.open_passthrough(ino.0, fh, opened.cache_file.as_ref(), reply) {
+            Ok(()) => return,
+            Err(reply) => reply,
+        };
+        if opened.direct_io {
+            reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
+        } else {
+            reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
         }
     }
 
@@ -124,6 +201,16 @@ impl Filesystem for SomaFs {
         reply: ReplyEmpty,
     ) {
         self.tree.release(fh.0);
+        let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(ino) = backing.handles.remove(&fh.0) {
+            if let Some((_, handles)) = backing.inodes.get_mut(&ino) {
+                *handles -= 1;
+                if *handles == 0 {
+                    backing.inodes.remove(&ino);
+                }
+            }
+        }
+        drop(backing);
         reply.ok();
     }
 

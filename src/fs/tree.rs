@@ -72,6 +72,9 @@ pub struct Attr {
 pub struct Opened {
     pub fh: u64,
     pub direct_io: bool,
+    /// For content generated whole into the cache: the cache file, which the kernel may read
+    /// itself (FUSE passthrough) instead of asking for every block.
+    pub cache_file: Option<std::fs::File>,
 }
 
 /// The mounted tree.
@@ -214,12 +217,20 @@ impl Tree {
             }
             _ => (OpenFile::Bytes(self.content_of(&node)?), false),
         };
+        let cache_file = match &open_file {
+            OpenFile::Cached(file) => file.try_clone().ok(),
+            _ => None,
+        };
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.open_files
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(fh, Arc::new(open_file));
-        Ok(Opened { fh, direct_io })
+        Ok(Opened {
+            fh,
+            direct_io,
+            cache_file,
+        })
     }
 
     /// Reads from an open file.

@@ -479,3 +479,24 @@ def test_tools_on_streamed_small_file(tool, mount, fixtures_dir, tmp_path):
             pd.testing.assert_frame_equal(a, b)
         msg = size_settles(path, len(want))
         assert msg is None, f"after {tool}: {msg}"
+
+
+def test_reopen_while_open_after_eviction(mount, fixtures_dir):
+    """A file held open from the cache (through FUSE passthrough where the kernel has it)
+    can be opened again after its cache entry was evicted: the new open reads the same bytes
+    while the old handle keeps reading. (The kernel refuses a second open of an inode read
+    through passthrough unless that open is passthrough too, with the same backing file.)"""
+    obs, var = Path("obs") / "data.csv", Path("ms") / "RNA" / "var" / "data.csv"
+    with mount(fixtures_dir / "hand") as mp:
+        want = (Path(mp) / obs).read_bytes()
+    # Every file streams (never generated on open), and the cache holds one entry.
+    with mount(fixtures_dir / "hand", "--materialize-limit", "0", "--cache-size", "1") as mp:
+        mp = Path(mp)
+        same((mp / obs).read_bytes(), want, "first read (generates the entry)")
+        with open(mp / obs, "rb") as held:
+            same(held.read(100), want[:100], "held open from the cache")
+            (mp / var).read_bytes()  # its entry evicts obs's
+            with open(mp / obs, "rb") as again:
+                same(again.read(), want, "opened again after eviction")
+            same(held.read(), want[100:], "the first handle, read on")
+        same((mp / obs).read_bytes(), want, "a later open")
