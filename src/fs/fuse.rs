@@ -2,6 +2,7 @@
 //! [`Tree`] and its answers into replies. It decides nothing: every write-side request is
 //! `EROFS` because the filesystem is read-only, everything else is the tree's answer.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
@@ -74,22 +75,27 @@ impl SomaFs {
             return Err(reply);
         }
         let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
-        if !backing.inodes.contains_key(&ino) {
-            let Some(file) = cache_file else {
-                return Err(reply);
-            };
-            match reply.open_backing(file) {
-                Ok(id) => {
-                    backing.inodes.insert(ino, (id, 0));
-                }
-                Err(e) => {
-                    debug!("no passthrough for inode {ino}: {e}");
-                    return Err(reply);
+        match backing.inodes.entry(ino) {
+            Entry::Occupied(_) => {
+                if cache_file.is_none() {
+                    // This open made a stream the kernel will not read: stop it now.
+                    self.tree.release(fh);
                 }
             }
-        } else if cache_file.is_none() {
-            // This open made a stream the kernel will not read: stop it now.
-            self.tree.release(fh);
+            Entry::Vacant(slot) => {
+                let Some(file) = cache_file else {
+                    return Err(reply);
+                };
+                match reply.open_backing(file) {
+                    Ok(id) => {
+                        slot.insert((id, 0));
+                    }
+                    Err(e) => {
+                        debug!("no passthrough for inode {ino}: {e}");
+                        return Err(reply);
+                    }
+                }
+            }
         }
         backing.handles.insert(fh, ino);
         let (id, handles) = backing
