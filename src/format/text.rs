@@ -182,10 +182,11 @@ impl TextBuf {
         } else if n >= 4 {
             out[..4].copy_from_slice(&s[..4]);
             out[n - 4..n].copy_from_slice(&s[n - 4..]);
-        } else {
-            for (o, &b) in out.iter_mut().zip(s) {
-                *o = b;
-            }
+        } else if n >= 2 {
+            out[..2].copy_from_slice(&s[..2]);
+            out[n - 2..n].copy_from_slice(&s[n - 2..]);
+        } else if n == 1 {
+            out[0] = s[0];
         }
         self.len += n;
     }
@@ -635,6 +636,25 @@ mod tests {
             String::from_utf8(out.into_vec()).unwrap(),
             "\"a\\u0001\\n\\\"é\""
         );
+    }
+
+    #[test]
+    fn short_and_long_values_go_in_whole_and_in_order() {
+        let mut out = TextBuf::default();
+        let mut want = Vec::new();
+        for n in 0..=70usize {
+            let value: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
+            out.put_short(&value);
+            out.push(b'|');
+            want.extend_from_slice(&value);
+            want.push(b'|');
+        }
+        for v in [0u64, 9, 10, 99, 100, 12345, u64::MAX] {
+            out.put_int(false, v);
+            out.put_int(true, v);
+            want.extend_from_slice(format!("{v}-{v}").as_bytes());
+        }
+        assert_eq!(out.into_vec(), want);
     }
 
     #[test]
