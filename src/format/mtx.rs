@@ -10,6 +10,8 @@ use arrow_array::types::*;
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 
+use super::text::{int, Floats, TextBuf};
+
 /// Text that must stay on one line of one TSV field.
 fn field(text: &str) -> String {
     text.replace(['\t', '\n', '\r'], " ")
@@ -48,54 +50,47 @@ pub fn write_matrix_header(
     writeln!(out, "{features} {barcodes} {entries}")
 }
 
-/// Writes entries `feature barcode value`, one a line; `None` positions are skipped. Returns
-/// how many were written.
+/// Writes entries `feature barcode value`, one a line, numbers spelled as in CSV; `None`
+/// positions are skipped. Returns how many were written.
 pub fn write_entries(
     feature_positions: impl Iterator<Item = Option<u64>>,
     barcode_positions: impl Iterator<Item = Option<u64>>,
     values: &ArrayRef,
-    out: &mut Vec<u8>,
+    out: &mut TextBuf,
 ) -> io::Result<u64> {
-    let mut itoa = itoa::Buffer::new();
-    let mut zmij = zmij::Buffer::new();
+    let mut floats = Floats::new();
     let mut written = 0;
     macro_rules! each {
-        ($t:ty, $fmt:expr) => {{
+        ($t:ty, |$v:ident, $out:ident| $write:expr) => {{
             let values = values.as_primitive::<$t>();
             for (row, (f, b)) in feature_positions.zip(barcode_positions).enumerate() {
                 let (Some(f), Some(b)) = (f, b) else { continue };
                 if values.is_null(row) {
                     continue;
                 }
-                out.extend_from_slice(itoa.format(f).as_bytes());
+                out.put_int(false, f);
                 out.push(b' ');
-                out.extend_from_slice(itoa.format(b).as_bytes());
+                out.put_int(false, b);
                 out.push(b' ');
-                let v = values.value(row);
-                #[allow(clippy::redundant_closure_call)]
-                out.extend_from_slice(($fmt)(v, &mut itoa, &mut zmij).as_bytes());
+                let $v = values.value(row);
+                let $out = &mut *out;
+                $write;
                 out.push(b'\n');
                 written += 1;
             }
         }};
     }
-    fn int<'b, T: itoa::Integer>(v: T, i: &'b mut itoa::Buffer, _: &mut zmij::Buffer) -> &'b str {
-        i.format(v)
-    }
-    fn float<'b, T: zmij::Float>(v: T, _: &mut itoa::Buffer, r: &'b mut zmij::Buffer) -> &'b str {
-        r.format(v)
-    }
     match values.data_type() {
-        DataType::Int8 => each!(Int8Type, int),
-        DataType::Int16 => each!(Int16Type, int),
-        DataType::Int32 => each!(Int32Type, int),
-        DataType::Int64 => each!(Int64Type, int),
-        DataType::UInt8 => each!(UInt8Type, int),
-        DataType::UInt16 => each!(UInt16Type, int),
-        DataType::UInt32 => each!(UInt32Type, int),
-        DataType::UInt64 => each!(UInt64Type, int),
-        DataType::Float32 => each!(Float32Type, float),
-        DataType::Float64 => each!(Float64Type, float),
+        DataType::Int8 => each!(Int8Type, |v, out| int(v, out)),
+        DataType::Int16 => each!(Int16Type, |v, out| int(v, out)),
+        DataType::Int32 => each!(Int32Type, |v, out| int(v, out)),
+        DataType::Int64 => each!(Int64Type, |v, out| int(v, out)),
+        DataType::UInt8 => each!(UInt8Type, |v, out| int(v, out)),
+        DataType::UInt16 => each!(UInt16Type, |v, out| int(v, out)),
+        DataType::UInt32 => each!(UInt32Type, |v, out| int(v, out)),
+        DataType::UInt64 => each!(UInt64Type, |v, out| int(v, out)),
+        DataType::Float32 => each!(Float32Type, |v, out| floats.write(v, false, out)),
+        DataType::Float64 => each!(Float64Type, |v, out| floats.write(v, false, out)),
         other => {
             return Err(io::Error::other(format!(
                 "a matrix of {other} cannot be written as Matrix Market"

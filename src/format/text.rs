@@ -78,7 +78,7 @@ impl TextEncoder {
         // Room for a row of numbers (longer values make room for themselves).
         let row_bytes = columns.len() * (SHORT + 1) + 2;
         text.reserve(batch.num_rows().saturating_mul(columns.len() * 8 + 1));
-        let mut floats = Floats(zmij::Buffer::new());
+        let mut floats = Floats::new();
         if self.kind == TextKind::Jsonl {
             for row in 0..batch.num_rows() {
                 text.reserve(row_bytes);
@@ -152,7 +152,7 @@ impl TextBuf {
     }
 
     #[inline]
-    fn push(&mut self, byte: u8) {
+    pub(crate) fn push(&mut self, byte: u8) {
         self.reserve(1);
         self.bytes[self.len] = byte;
         self.len += 1;
@@ -193,7 +193,7 @@ impl TextBuf {
 
     /// Appends an integer in decimal, written in place two digits at a time.
     #[inline]
-    fn put_int(&mut self, negative: bool, mut value: u64) {
+    pub(crate) fn put_int(&mut self, negative: bool, mut value: u64) {
         self.reserve(21);
         if negative {
             self.bytes[self.len] = b'-';
@@ -231,7 +231,7 @@ const PAIRS: [u8; 200] = {
 };
 
 /// Integers as the text encoder writes them.
-trait Decimal: Copy {
+pub(crate) trait Decimal: Copy {
     /// The sign and the magnitude.
     fn parts(self) -> (bool, u64);
 }
@@ -255,7 +255,7 @@ macro_rules! decimal {
 decimal!(signed: i8, i16, i32, i64; unsigned: u8, u16, u32, u64);
 
 /// The scratch buffer floats are formatted in.
-struct Floats(zmij::Buffer);
+pub(crate) struct Floats(zmij::Buffer);
 
 /// Floats as the text encoder writes them.
 pub trait Float: zmij::Float + Copy {
@@ -280,12 +280,16 @@ float!(f32, 16_777_216.0);
 float!(f64, 1e15);
 
 impl Floats {
+    pub(crate) fn new() -> Floats {
+        Floats(zmij::Buffer::new())
+    }
+
     /// A float as the contract spells it: the shortest text that parses back to the same
     /// value, `NaN`, `inf` and `-inf` (JSON has none of these: `null`). Whole values (counts
     /// stored as floats, as most expression matrices hold) take the integer path, four times
     /// faster, with the same text.
     #[inline]
-    fn write<F: Float>(&mut self, value: F, json: bool, out: &mut TextBuf) {
+    pub(crate) fn write<F: Float>(&mut self, value: F, json: bool, out: &mut TextBuf) {
         if let Some(whole) = value.as_small_integer() {
             out.put_int(whole < 0, whole.unsigned_abs());
             out.put_short(b".0");
@@ -305,7 +309,7 @@ impl Floats {
 /// A float as CSV spells it (see [`Floats::write`]), for names made of values.
 pub fn float_text<F: Float>(value: F) -> String {
     let mut out = TextBuf::default();
-    Floats(zmij::Buffer::new()).write(value, false, &mut out);
+    Floats::new().write(value, false, &mut out);
     String::from_utf8(out.into_vec()).expect("zmij writes ASCII")
 }
 
@@ -374,7 +378,7 @@ impl<'a> Formatter<'a> {
             DataType::Dictionary(key, _) => {
                 let (keys, labels) = dictionary_parts(array, key)?;
                 let label = Formatter::new(&labels, kind)?;
-                let mut floats = Floats(zmij::Buffer::new());
+                let mut floats = Floats::new();
                 let labels = (0..labels.len())
                     .map(|i| {
                         let mut out = TextBuf::default();
@@ -437,7 +441,7 @@ impl<'a> Formatter<'a> {
 }
 
 #[inline]
-fn int<I: Decimal>(value: I, out: &mut TextBuf) {
+pub(crate) fn int<I: Decimal>(value: I, out: &mut TextBuf) {
     let (negative, magnitude) = value.parts();
     out.put_int(negative, magnitude);
 }

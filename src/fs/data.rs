@@ -7,6 +7,7 @@ use std::sync::Arc;
 use log::{debug, error};
 
 use crate::format::png::{self, ImageAxis};
+use crate::format::text::TextBuf;
 use crate::format::{self, mtx, TableFormat};
 use crate::soma::tenx::{Positions, TenxLayer};
 use crate::soma::{
@@ -196,7 +197,7 @@ pub fn open_tenx(
                 let (_scratch, body) = cache.begin(&scratch_key)?;
                 let mut body_out = io::BufWriter::with_capacity(1 << 20, &body);
                 let mut entries = 0u64;
-                let mut buf = Vec::with_capacity(1 << 20);
+                let mut buf = TextBuf::default();
                 layer
                     .entries(store, &cell_ids, |cells, genes, values| {
                         buf.clear();
@@ -206,7 +207,7 @@ pub fn open_tenx(
                             values,
                             &mut buf,
                         )?;
-                        io::Write::write_all(&mut body_out, &buf)
+                        io::Write::write_all(&mut body_out, buf.as_bytes())
                     })
                     .map_err(backend)?;
                 io::Write::flush(&mut body_out)?;
