@@ -47,6 +47,18 @@ struct Listing {
     made: Instant,
 }
 
+impl Listing {
+    /// The same entries and inodes, counted as made now: kept for another metadata TTL.
+    fn renewed(&self) -> Arc<Listing> {
+        Arc::new(Listing {
+            entries: self.entries.clone(),
+            by_name: self.by_name.clone(),
+            fingerprint: self.fingerprint.clone(),
+            made: Instant::now(),
+        })
+    }
+}
+
 struct Node {
     kind: NodeKind,
     listing: RwLock<Option<Arc<Listing>>>,
@@ -295,13 +307,7 @@ impl Tree {
                 // unreachable must not look emptied); the next look tries again.
                 Err(_) if current.as_ref().is_some_and(|l| l.fingerprint.is_some()) => {
                     warn!("{uri}: keeping the last listing until the store answers again");
-                    let old = current.expect("checked just above");
-                    let kept = Arc::new(Listing {
-                        entries: old.entries.clone(),
-                        by_name: old.by_name.clone(),
-                        fingerprint: old.fingerprint.clone(),
-                        made: Instant::now(),
-                    });
+                    let kept = current.expect("checked just above").renewed();
                     *node.listing.write().unwrap_or_else(|e| e.into_inner()) = Some(kept.clone());
                     return Ok(kept);
                 }
@@ -323,12 +329,7 @@ impl Tree {
             NodeKind::File(_) => (None, Vec::new()),
         };
         let listing = match current {
-            Some(old) if old.fingerprint == fingerprint => Arc::new(Listing {
-                entries: old.entries.clone(),
-                by_name: old.by_name.clone(),
-                fingerprint,
-                made: Instant::now(),
-            }),
+            Some(old) if old.fingerprint == fingerprint => old.renewed(),
             _ => Arc::new(self.add_entries(named, fingerprint)),
         };
         *node.listing.write().unwrap_or_else(|e| e.into_inner()) = Some(listing.clone());
