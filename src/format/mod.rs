@@ -76,9 +76,13 @@ impl TableFormat {
 /// Writes a whole table: `schema`'s rows, batch by batch from `next_batch`, to `out`.
 /// The header (CSV, TSV) is written before the first batch is read, so readers see it at once.
 ///
-/// Text is encoded on every core: a large batch is cut into one run of rows per core, the
-/// runs are encoded side by side, and a writer thread writes them in order while the next
-/// batch is read and encoded. A failed write (a reader that went away) stops the encoding.
+/// Text is encoded on every core. Batches are cut into pieces of about [`PIECE_BYTES`] of
+/// text, dealt in turn to one encoder per core; a writer thread takes the encoded pieces
+/// back in the same turn, writes them, and hands each buffer back to its encoder. So the
+/// text in flight is a few pieces per core: it stays in the caches, its memory is reused
+/// rather than faulted in afresh, and the last piece of a batch is written while the others
+/// are still encoded. A failed write (a reader that went away) stops the encoders, and with
+/// them the reading.
 pub fn write_table<W: Write + Send>(
     format: TableFormat,
     schema: SchemaRef,
@@ -92,85 +96,265 @@ pub fn write_table<W: Write + Send>(
     let mut header = text::TextBuf::default();
     encoder.header(&schema, &mut header);
     out.write_all(header.as_bytes())?;
+    let piece_rows = (PIECE_BYTES / format.estimated_row_bytes(&schema)).max(1) as usize;
     let encoders = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_ENCODERS));
     std::thread::scope(|scope| {
-        let (to_writer, encoded) = mpsc::sync_channel::<text::TextBuf>(2 * encoders);
-        let (recycle, spare) = mpsc::channel::<text::TextBuf>();
+        let mut lanes = Vec::with_capacity(encoders);
+        let mut encoded = Vec::with_capacity(encoders);
+        for _ in 0..encoders {
+            let (lane, to_writer, writer_end) = new_lane();
+            let (to_encoder, pieces) = mpsc::sync_channel::<RecordBatch>(1);
+            let encoder = &encoder;
+            let thread = std::thread::Builder::new()
+                .name("soma-encode".into())
+                .spawn_scoped(scope, move || lane.run(encoder, pieces, to_writer));
+            match thread {
+                Ok(thread) => {
+                    lanes.push(LaneEnd::Thread(to_encoder, thread));
+                    encoded.push(writer_end);
+                }
+                Err(_) => {
+                    // Its thread could not start: its pieces are encoded here.
+                    let (lane, to_writer, writer_end) = new_lane();
+                    lanes.push(LaneEnd::Here(lane, to_writer));
+                    encoded.push(writer_end);
+                }
+            }
+        }
         let writer = std::thread::Builder::new()
             .name("soma-write".into())
-            .spawn_scoped(scope, move || -> io::Result<()> {
-                for text in encoded {
-                    out.write_all(text.as_bytes())?;
-                    let _ = recycle.send(text);
-                }
-                out.flush()
-            })?;
-        let encoding = (|| -> io::Result<()> {
+            .spawn_scoped(scope, move || write_in_turn(encoded, out))?;
+        let reading = (|| -> io::Result<()> {
+            let mut turn = (0..lanes.len()).cycle();
             while let Some(batch) = next_batch()? {
-                for text in encode_text(&encoder, &batch, encoders, &spare)? {
-                    if to_writer.send(text).is_err() {
+                for start in (0..batch.num_rows()).step_by(piece_rows) {
+                    let piece = batch.slice(start, piece_rows.min(batch.num_rows() - start));
+                    let lane = &mut lanes[turn.next().expect("a cycle never ends")];
+                    let sent = match lane {
+                        LaneEnd::Thread(to_encoder, _) => to_encoder.send(piece).is_ok(),
+                        LaneEnd::Here(lane, to_writer) => {
+                            to_writer.send(lane.encode(&encoder, &piece)).is_ok()
+                        }
+                    };
+                    if !sent {
                         return Ok(()); // the writer failed: its error is the result
                     }
                 }
             }
             Ok(())
         })();
-        drop(to_writer);
+        // Every sender goes first (encoders and the writer see the end), then the joins.
+        let threads: Vec<_> = lanes
+            .into_iter()
+            .filter_map(|lane| match lane {
+                LaneEnd::Thread(_, thread) => Some(thread),
+                LaneEnd::Here(..) => None,
+            })
+            .collect();
+        let panicked = threads.into_iter().any(|thread| thread.join().is_err());
         let written = writer
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the writer thread panicked")));
-        written.and(encoding)
+        if panicked {
+            return Err(io::Error::other("a text encoder thread panicked"));
+        }
+        written.and(reading)
     })
 }
 
-/// At most this many threads encode one batch.
+/// About this many bytes of text are encoded as one piece (see [`write_table`]).
+const PIECE_BYTES: u64 = 256 << 10;
+
+/// At most this many threads encode text.
 const MAX_ENCODERS: usize = 8;
 
-/// Batches with fewer rows are encoded on one thread.
-const ROWS_PER_ENCODER: usize = 16 * 1024;
+/// The text of a piece, as an encoder hands it to the writer.
+type Encoded = io::Result<text::TextBuf>;
 
-/// `batch` as text, in runs of rows encoded side by side (see [`write_table`]); buffers come
-/// from `spare` when the writer has handed some back.
-fn encode_text(
-    encoder: &text::TextEncoder,
-    batch: &RecordBatch,
-    encoders: usize,
-    spare: &mpsc::Receiver<text::TextBuf>,
-) -> io::Result<Vec<text::TextBuf>> {
-    let rows = batch.num_rows();
-    let runs = (rows / ROWS_PER_ENCODER).clamp(1, encoders);
-    let per_run = rows.div_ceil(runs);
-    let spare_text = || {
-        let mut text = spare.try_recv().unwrap_or_default();
-        text.clear();
-        text
-    };
-    let encode = |run: usize, mut text: text::TextBuf| -> io::Result<text::TextBuf> {
-        let start = (run * per_run).min(rows);
-        let len = per_run.min(rows - start);
-        encoder.encode(&batch.slice(start, len), &mut text)?;
-        Ok(text)
-    };
-    let mut texts = Vec::with_capacity(runs);
-    std::thread::scope(|scope| -> io::Result<()> {
-        let others: Vec<_> = (1..runs)
-            .map(|run| {
-                let text = spare_text();
-                let thread = std::thread::Builder::new().name("soma-encode".into());
-                thread.spawn_scoped(scope, move || encode(run, text)).ok()
-            })
-            .collect();
-        texts.push(encode(0, spare_text())?);
-        for (i, other) in others.into_iter().enumerate() {
-            texts.push(match other {
-                Some(thread) => thread
-                    .join()
-                    .unwrap_or_else(|_| Err(io::Error::other("an encoder thread panicked")))?,
-                // Its thread could not start: encoded here.
-                None => encode(i + 1, text::TextBuf::default())?,
-            });
+/// The writer's end of a lane: encoded pieces come in, their buffers go back.
+type WriterEnd = (mpsc::Receiver<Encoded>, mpsc::Sender<text::TextBuf>);
+
+/// A new lane: its encoder's state, where the encoder sends text, and the writer's end.
+fn new_lane() -> (Lane, mpsc::SyncSender<Encoded>, WriterEnd) {
+    let (to_writer, texts) = mpsc::sync_channel(1);
+    let (recycle, spare) = mpsc::channel();
+    (Lane::new(spare), to_writer, (texts, recycle))
+}
+
+/// One encoder's state: the buffers the writer handed back, and what it keeps between pieces.
+struct Lane {
+    spare: mpsc::Receiver<text::TextBuf>,
+    scratch: text::Scratch,
+}
+
+impl Lane {
+    fn new(spare: mpsc::Receiver<text::TextBuf>) -> Lane {
+        Lane {
+            spare,
+            scratch: text::Scratch::default(),
         }
-        Ok(())
-    })?;
-    Ok(texts)
+    }
+
+    /// An encoder thread: encodes pieces until there are no more, or the writer is gone.
+    fn run(
+        mut self,
+        encoder: &text::TextEncoder,
+        pieces: mpsc::Receiver<RecordBatch>,
+        to_writer: mpsc::SyncSender<Encoded>,
+    ) {
+        for piece in pieces {
+            let text = self.encode(encoder, &piece);
+            let failed = text.is_err();
+            if to_writer.send(text).is_err() || failed {
+                return;
+            }
+        }
+    }
+
+    /// `piece` as text, in a buffer handed back when there is one.
+    fn encode(&mut self, encoder: &text::TextEncoder, piece: &RecordBatch) -> Encoded {
+        let mut text = self.spare.try_recv().unwrap_or_default();
+        text.clear();
+        encoder.encode(piece, &mut text, &mut self.scratch)?;
+        Ok(text)
+    }
+}
+
+/// Where the reading loop sends a lane's pieces.
+enum LaneEnd<'scope> {
+    /// To its encoder thread.
+    Thread(
+        mpsc::SyncSender<RecordBatch>,
+        std::thread::ScopedJoinHandle<'scope, ()>,
+    ),
+    /// Nowhere: the loop encodes them itself and sends the text to the writer.
+    Here(Lane, mpsc::SyncSender<Encoded>),
+}
+
+/// The writer thread: takes pieces from the lanes in turn (the order they were dealt in),
+/// writes them and hands their buffers back, until a lane has no more; fails at the first
+/// error, its own or an encoder's.
+fn write_in_turn<W: Write>(lanes: Vec<WriterEnd>, mut out: W) -> io::Result<()> {
+    for (texts, recycle) in lanes.iter().cycle() {
+        let Ok(text) = texts.recv() else {
+            break; // no more pieces
+        };
+        let text = text?;
+        out.write_all(text.as_bytes())?;
+        let _ = recycle.send(text);
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use arrow_array::{Float32Array, Int64Array, LargeStringArray};
+    use arrow_schema::{DataType, Field, Schema};
+
+    /// Batches of `rows` rows each: an id, a float and a string, all different per row.
+    fn batches(rows: usize) -> (SchemaRef, impl FnMut(usize) -> RecordBatch) {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("x", DataType::Float32, false),
+            Field::new("s", DataType::LargeUtf8, false),
+        ]));
+        let batch_schema = schema.clone();
+        let make = move |n: usize| {
+            let ids: Vec<i64> = (0..rows as i64).map(|i| (n * rows) as i64 + i).collect();
+            RecordBatch::try_new(
+                batch_schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from(ids.clone())),
+                    Arc::new(Float32Array::from_iter_values(
+                        ids.iter().map(|&i| i as f32 / 7.0),
+                    )),
+                    Arc::new(LargeStringArray::from_iter_values(
+                        ids.iter().map(|i| format!("r{i}")),
+                    )),
+                ],
+            )
+            .unwrap()
+        };
+        (schema, make)
+    }
+
+    #[test]
+    fn pieces_are_written_in_table_order() {
+        // Several batches, each of many pieces, spread over every encoder.
+        let (schema, mut make) = batches(50_000);
+        let mut n = 0;
+        let mut out = Vec::new();
+        let next = || {
+            n += 1;
+            Ok((n <= 5).then(|| make(n - 1)))
+        };
+        write_table(TableFormat::Csv, schema, next, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("id,x,s"));
+        let mut count = 0;
+        for (i, line) in lines.enumerate() {
+            let want = format!("{i},{},r{i}", text::float_text(i as f32 / 7.0));
+            assert_eq!(line, want);
+            count += 1;
+        }
+        assert_eq!(count, 250_000);
+    }
+
+    /// A destination that refuses every write after `limit` bytes, as a reader that went away.
+    struct Closing {
+        written: usize,
+        limit: usize,
+    }
+
+    impl Write for Closing {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.written + buf.len() > self.limit {
+                return Err(io::Error::from(io::ErrorKind::BrokenPipe));
+            }
+            self.written += buf.len();
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_write_stops_the_reading() {
+        let (schema, mut make) = batches(10_000);
+        let mut read = 0;
+        let next = || {
+            read += 1;
+            Ok(Some(make(read))) // endless
+        };
+        let out = Closing {
+            written: 0,
+            limit: 1 << 20,
+        };
+        let err = write_table(TableFormat::Csv, schema, next, out).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+        assert!(read < 100, "read {read} batches after the write failed");
+    }
+
+    #[test]
+    fn a_failed_read_is_the_result() {
+        let (schema, mut make) = batches(1_000);
+        let mut read = 0;
+        let next = || {
+            read += 1;
+            match read {
+                1..=3 => Ok(Some(make(read))),
+                _ => Err(io::Error::other("the store went away")),
+            }
+        };
+        let mut out = Vec::new();
+        let err = write_table(TableFormat::Jsonl, schema, next, &mut out).unwrap_err();
+        assert_eq!(err.to_string(), "the store went away");
+        assert_eq!(String::from_utf8(out).unwrap().lines().count(), 3_000);
+    }
 }

@@ -58,7 +58,7 @@ pub fn write_entries(
     values: &ArrayRef,
     out: &mut TextBuf,
 ) -> io::Result<u64> {
-    let mut floats = Floats::new();
+    let mut floats = Floats::default();
     let mut written = 0;
     macro_rules! each {
         ($t:ty, |$v:ident, $out:ident| $write:expr) => {{

@@ -7,6 +7,7 @@
 //! label; timestamps are ISO 8601 UTC; binary is hex.
 
 use std::io;
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
@@ -68,17 +69,34 @@ impl TextEncoder {
         text.push(b'\n');
     }
 
-    /// Appends every row of `batch` to `out`.
-    pub fn encode(&self, batch: &RecordBatch, text: &mut TextBuf) -> io::Result<()> {
+    /// Appends every row of `batch` to `text`; `scratch` is kept from batch to batch.
+    pub fn encode(
+        &self,
+        batch: &RecordBatch,
+        text: &mut TextBuf,
+        scratch: &mut Scratch,
+    ) -> io::Result<()> {
+        let Scratch { floats, labels } = scratch;
+        labels.resize_with(batch.num_columns(), || None);
+        for (column, labels) in batch.columns().iter().zip(labels.iter_mut()) {
+            if let Some(values) = column.as_any_dictionary_opt().map(|d| d.values()) {
+                if !labels
+                    .as_ref()
+                    .is_some_and(|l| Arc::ptr_eq(&l.values, values))
+                {
+                    *labels = Some(RenderedLabels::render(values, self.kind)?);
+                }
+            }
+        }
         let columns: Vec<Formatter<'_>> = batch
             .columns()
             .iter()
-            .map(|a| Formatter::new(a, self.kind))
+            .zip(labels.iter())
+            .map(|(a, labels)| Formatter::new(a, labels.as_ref()))
             .collect::<io::Result<_>>()?;
         // Room for a row of numbers (longer values make room for themselves).
         let row_bytes = columns.len() * (SHORT + 1) + 2;
         text.reserve(batch.num_rows().saturating_mul(columns.len() * 8 + 1));
-        let mut floats = Floats::new();
         if self.kind == TextKind::Jsonl {
             for row in 0..batch.num_rows() {
                 text.reserve(row_bytes);
@@ -88,7 +106,7 @@ impl TextEncoder {
                         text.push(b',');
                     }
                     text.put_short(&self.json_keys[i]);
-                    column.write(row, self.kind, text, &mut floats);
+                    column.write(row, self.kind, text, floats);
                 }
                 text.put_short(b"}\n");
             }
@@ -100,12 +118,44 @@ impl TextEncoder {
                     if i > 0 {
                         text.push(delimiter);
                     }
-                    column.write(row, self.kind, text, &mut floats);
+                    column.write(row, self.kind, text, floats);
                 }
                 text.push(b'\n');
             }
         }
         Ok(())
+    }
+}
+
+/// What an encoder keeps from batch to batch: its float buffer, and per column the labels
+/// of an enumeration already rendered (every batch of a file shares its enumerations').
+#[derive(Default)]
+pub struct Scratch {
+    floats: Floats,
+    labels: Vec<Option<RenderedLabels>>,
+}
+
+/// The labels of an enumeration, each rendered as the format writes it.
+struct RenderedLabels {
+    values: ArrayRef,
+    texts: Vec<Vec<u8>>,
+}
+
+impl RenderedLabels {
+    fn render(values: &ArrayRef, kind: TextKind) -> io::Result<RenderedLabels> {
+        let label = Formatter::new(values, None)?;
+        let mut floats = Floats::default();
+        let texts = (0..values.len())
+            .map(|i| {
+                let mut out = TextBuf::default();
+                label.write(i, kind, &mut out, &mut floats);
+                out.into_vec()
+            })
+            .collect();
+        Ok(RenderedLabels {
+            values: values.clone(),
+            texts,
+        })
     }
 }
 
@@ -165,7 +215,7 @@ impl TextBuf {
     }
 
     /// Appends `s`: when it is at most `SHORT` bytes, as two overlapping copies of a fixed size.
-    #[inline]
+    #[inline(always)]
     fn put_short(&mut self, s: &[u8]) {
         let n = s.len();
         if n > SHORT {
@@ -192,7 +242,7 @@ impl TextBuf {
     }
 
     /// Appends an integer in decimal, written in place two digits at a time.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn put_int(&mut self, negative: bool, mut value: u64) {
         self.reserve(21);
         if negative {
@@ -255,6 +305,7 @@ macro_rules! decimal {
 decimal!(signed: i8, i16, i32, i64; unsigned: u8, u16, u32, u64);
 
 /// The scratch buffer floats are formatted in.
+#[derive(Default)]
 pub(crate) struct Floats(zmij::Buffer);
 
 /// Floats as the text encoder writes them.
@@ -270,7 +321,10 @@ macro_rules! float {
         impl Float for $t {
             #[inline]
             fn as_small_integer(self) -> Option<i64> {
-                (self != 0.0 && self.abs() < $limit && self.fract() == 0.0).then(|| self as i64)
+                // A cast and back (no call to libm's `trunc`); `as` saturates, and NaN
+                // becomes 0, which differs from it.
+                let whole = self as i64;
+                (self != 0.0 && self.abs() < $limit && whole as $t == self).then_some(whole)
             }
         }
     };
@@ -280,10 +334,6 @@ float!(f32, 16_777_216.0);
 float!(f64, 1e15);
 
 impl Floats {
-    pub(crate) fn new() -> Floats {
-        Floats(zmij::Buffer::new())
-    }
-
     /// A float as the contract spells it: the shortest text that parses back to the same
     /// value, `NaN`, `inf` and `-inf` (JSON has none of these: `null`). Whole values (counts
     /// stored as floats, as most expression matrices hold) take the integer path, four times
@@ -309,7 +359,7 @@ impl Floats {
 /// A float as CSV spells it (see [`Floats::write`]), for names made of values.
 pub fn float_text<F: Float>(value: F) -> String {
     let mut out = TextBuf::default();
-    Floats::new().write(value, false, &mut out);
+    Floats::default().write(value, false, &mut out);
     String::from_utf8(out.into_vec()).expect("zmij writes ASCII")
 }
 
@@ -338,7 +388,7 @@ enum Values<'a> {
     Timestamp(&'a [i64], TimeUnit),
     /// An enumerated column: its keys as label indexes (`None`: null), and each label
     /// already rendered.
-    Labels(Vec<Option<usize>>, Vec<Vec<u8>>),
+    Labels(Vec<Option<usize>>, &'a [Vec<u8>]),
 }
 
 fn unsupported(t: &DataType) -> io::Error {
@@ -350,7 +400,8 @@ fn values<T: ArrowPrimitiveType>(array: &ArrayRef) -> &[T::Native] {
 }
 
 impl<'a> Formatter<'a> {
-    fn new(array: &'a ArrayRef, kind: TextKind) -> io::Result<Formatter<'a>> {
+    /// `labels`: an enumerated column's, rendered.
+    fn new(array: &'a ArrayRef, labels: Option<&'a RenderedLabels>) -> io::Result<Formatter<'a>> {
         let values = match array.data_type() {
             DataType::Int8 => Values::Int8(values::<Int8Type>(array)),
             DataType::Int16 => Values::Int16(values::<Int16Type>(array)),
@@ -376,18 +427,10 @@ impl<'a> Formatter<'a> {
                 Values::Timestamp(values, *unit)
             }
             DataType::Dictionary(key, _) => {
-                let (keys, labels) = dictionary_parts(array, key)?;
-                let label = Formatter::new(&labels, kind)?;
-                let mut floats = Floats::new();
-                let labels = (0..labels.len())
-                    .map(|i| {
-                        let mut out = TextBuf::default();
-                        label.write(i, kind, &mut out, &mut floats);
-                        out.into_vec()
-                    })
-                    .collect();
+                let labels = labels
+                    .ok_or_else(|| io::Error::other("an enumeration's labels are missing"))?;
                 return Ok(Formatter {
-                    values: Values::Labels(keys, labels),
+                    values: Values::Labels(dictionary_keys(array, key)?, &labels.texts),
                     nulls: None,
                 });
             }
@@ -446,29 +489,24 @@ pub(crate) fn int<I: Decimal>(value: I, out: &mut TextBuf) {
     out.put_int(negative, magnitude);
 }
 
-/// The label indexes of a dictionary column (`None` for nulls) and its labels.
-fn dictionary_parts(
-    array: &ArrayRef,
-    key: &DataType,
-) -> io::Result<(Vec<Option<usize>>, ArrayRef)> {
-    fn parts<K: ArrowDictionaryKeyType>(array: &ArrayRef) -> (Vec<Option<usize>>, ArrayRef) {
+/// The label indexes of a dictionary column (`None` for nulls).
+fn dictionary_keys(array: &ArrayRef, key: &DataType) -> io::Result<Vec<Option<usize>>> {
+    fn keys<K: ArrowDictionaryKeyType>(array: &ArrayRef) -> Vec<Option<usize>> {
         let dict = array.as_dictionary::<K>();
-        let keys = dict
-            .keys()
+        dict.keys()
             .iter()
             .map(|k| k.and_then(|k| k.to_usize()))
-            .collect();
-        (keys, dict.values().clone())
+            .collect()
     }
     Ok(match key {
-        DataType::Int8 => parts::<Int8Type>(array),
-        DataType::Int16 => parts::<Int16Type>(array),
-        DataType::Int32 => parts::<Int32Type>(array),
-        DataType::Int64 => parts::<Int64Type>(array),
-        DataType::UInt8 => parts::<UInt8Type>(array),
-        DataType::UInt16 => parts::<UInt16Type>(array),
-        DataType::UInt32 => parts::<UInt32Type>(array),
-        DataType::UInt64 => parts::<UInt64Type>(array),
+        DataType::Int8 => keys::<Int8Type>(array),
+        DataType::Int16 => keys::<Int16Type>(array),
+        DataType::Int32 => keys::<Int32Type>(array),
+        DataType::Int64 => keys::<Int64Type>(array),
+        DataType::UInt8 => keys::<UInt8Type>(array),
+        DataType::UInt16 => keys::<UInt16Type>(array),
+        DataType::UInt32 => keys::<UInt32Type>(array),
+        DataType::UInt64 => keys::<UInt64Type>(array),
         other => return Err(unsupported(other)),
     })
 }
@@ -580,7 +618,9 @@ mod tests {
         let encoder = TextEncoder::new(kind, &batch.schema());
         let mut out = TextBuf::default();
         encoder.header(&batch.schema(), &mut out);
-        encoder.encode(batch, &mut out).unwrap();
+        encoder
+            .encode(batch, &mut out, &mut Scratch::default())
+            .unwrap();
         String::from_utf8(out.into_vec()).unwrap()
     }
 
@@ -659,6 +699,28 @@ mod tests {
         assert_eq!(lines[2]["e"], "a,b");
         let keys: Vec<&String> = lines[0].as_object().unwrap().keys().collect();
         assert_eq!(keys, ["id", "x", "y", "s", "b", "e"]);
+    }
+
+    #[test]
+    fn labels_are_rendered_again_for_another_enumeration() {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "e",
+            DataType::Dictionary(Box::new(DataType::Int8), Box::new(DataType::LargeUtf8)),
+            true,
+        )]));
+        let batch = |labels: Vec<&str>| {
+            let labels = Arc::new(LargeStringArray::from(labels));
+            let keys = vec![Some(0i8), Some(1), None].into();
+            let dict = DictionaryArray::<Int8Type>::try_new(keys, labels).unwrap();
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(dict) as ArrayRef]).unwrap()
+        };
+        let (first, second) = (batch(vec!["a", "b"]), batch(vec!["x", "y"]));
+        let encoder = TextEncoder::new(TextKind::Csv, &schema);
+        let (mut out, mut scratch) = (TextBuf::default(), Scratch::default());
+        for batch in [&first, &first.slice(1, 2), &second] {
+            encoder.encode(batch, &mut out, &mut scratch).unwrap();
+        }
+        assert_eq!(out.as_bytes(), b"a\nb\n\nb\n\nx\ny\n\n");
     }
 
     #[test]
