@@ -10,10 +10,7 @@ use crate::format::png::{self, ImageAxis};
 use crate::format::text::TextBuf;
 use crate::format::{self, mtx, TableFormat};
 use crate::soma::tenx::{Positions, TenxLayer};
-use crate::soma::{
-    dense_values, estimated_cells, open_snapshot, ArrayObject, BatchReader, Prefetch, Store,
-    BATCH_BYTES,
-};
+use crate::soma::{dense_values, estimated_cells, ArrayObject, BatchReader, Prefetch, BATCH_BYTES};
 
 use super::cache::{CacheKey, ContentCache};
 use super::node::{Table, TenxFile};
@@ -57,7 +54,6 @@ pub fn table_key(table: &Table, format: TableFormat) -> CacheKey {
 
 /// Opens a table in a format; the flag says whether it must be read with direct I/O.
 pub fn open_table(
-    store: &Store,
     options: &DataOptions,
     table: &Table,
     format: TableFormat,
@@ -79,8 +75,8 @@ pub fn open_table(
         table.selection,
         format.extension()
     );
-    let reader = BatchReader::open(store, array, &table.selection, BATCH_BYTES)
-        .map_err(|e| io_error(&what, e))?;
+    let reader =
+        BatchReader::open(array, &table.selection, BATCH_BYTES).map_err(|e| io_error(&what, e))?;
     let mut reader = Prefetch::start(reader).map_err(|e| io_error(&what, e))?;
     let schema = reader.schema();
     let mut next_batch = move || reader.next_batch().map_err(io::Error::other);
@@ -131,15 +127,13 @@ fn png_key(level: &ArrayObject) -> CacheKey {
 
 /// Opens a multiscale image level as PNG, generated whole (a PNG is written in one go).
 pub fn open_png(
-    store: &Store,
     options: &DataOptions,
     level: &ArrayObject,
     axes: &[ImageAxis],
 ) -> FsResult<OpenFile> {
     let what = format!("{} as PNG", level.uri);
     let generate = |out: &mut (dyn io::Write + Send)| {
-        let handle = open_snapshot(store, level).map_err(io::Error::other)?;
-        let values = dense_values(Arc::new(handle), level, None).map_err(io::Error::other)?;
+        let values = dense_values(level, None).map_err(io::Error::other)?;
         let shape = level.schema.shape.clone().unwrap_or_default();
         let value_type = level
             .schema
@@ -162,23 +156,18 @@ pub fn tenx_key(layer: &TenxLayer, file: TenxFile) -> CacheKey {
 
 /// Opens a file of a matrix directory, generated whole (the matrix's header counts its
 /// entries, so it is written after them).
-pub fn open_tenx(
-    store: &Store,
-    options: &DataOptions,
-    layer: &TenxLayer,
-    file: TenxFile,
-) -> FsResult<OpenFile> {
+pub fn open_tenx(options: &DataOptions, layer: &TenxLayer, file: TenxFile) -> FsResult<OpenFile> {
     let what = format!("{} as 10x {file:?}", layer.x.uri);
     let cache = &options.cache;
     let generate = |out: &mut (dyn io::Write + Send)| -> io::Result<()> {
         let backend = io::Error::other;
         match file {
             TenxFile::Barcodes => {
-                let barcodes = layer.barcodes(store).map_err(backend)?;
+                let barcodes = layer.barcodes().map_err(backend)?;
                 mtx::write_barcodes(barcodes.iter().map(|(_, b)| b.as_str()), out)
             }
             TenxFile::Features => {
-                let features = layer.features(store).map_err(backend)?;
+                let features = layer.features().map_err(backend)?;
                 mtx::write_features(
                     features
                         .iter()
@@ -187,8 +176,8 @@ pub fn open_tenx(
                 )
             }
             TenxFile::Matrix => {
-                let barcodes = layer.barcodes(store).map_err(backend)?;
-                let features = layer.features(store).map_err(backend)?;
+                let barcodes = layer.barcodes().map_err(backend)?;
+                let features = layer.features().map_err(backend)?;
                 let cell_ids: Vec<i64> = barcodes.iter().map(|(id, _)| *id).collect();
                 let cell_positions = Positions::new(cell_ids.clone());
                 let feature_positions = Positions::new(features.iter().map(|f| f.0).collect());
@@ -199,7 +188,7 @@ pub fn open_tenx(
                 let mut entries = 0u64;
                 let mut buf = TextBuf::default();
                 layer
-                    .entries(store, &cell_ids, |cells, genes, values| {
+                    .entries(&cell_ids, |cells, genes, values| {
                         buf.clear();
                         entries += mtx::write_entries(
                             genes.iter().map(|&g| feature_positions.get(g)),

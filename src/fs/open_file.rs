@@ -7,8 +7,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::soma::{dense_values, open_snapshot, SomaObject, Store};
-use crate::tiledb::Array;
+use crate::soma::{dense_values, SomaObject};
 
 use super::cache::{CacheKey, ContentCache};
 use super::node::array_of;
@@ -27,7 +26,7 @@ pub enum OpenFile {
 impl OpenFile {
     /// Up to `size` bytes at `offset`; fewer only at the end of the content, or while a
     /// stream has produced less so far (a short read; the reader asks again).
-    pub fn read(&self, store: &Store, offset: u64, size: u32) -> io::Result<Vec<u8>> {
+    pub fn read(&self, offset: u64, size: u32) -> io::Result<Vec<u8>> {
         match self {
             OpenFile::Bytes(bytes) => {
                 let start = usize::try_from(offset)
@@ -38,7 +37,7 @@ impl OpenFile {
             }
             OpenFile::Cached(file) => read_at(file, offset, size as u64),
             OpenFile::Streaming(stream) => stream.read(offset, size),
-            OpenFile::Npy(npy) => npy.read(store, offset, size),
+            OpenFile::Npy(npy) => npy.read(offset, size),
         }
     }
 
@@ -196,9 +195,9 @@ pub struct NpyFile {
     tile_rows: u64,
     /// The rows of the first dimension read last: (first row, their bytes).
     last_rows: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
-    /// The array open at its snapshot, once a read has opened it: later reads share it, one
-    /// at a time (held while reading).
-    handle: Mutex<Option<Arc<Array>>>,
+    /// Held while reading: one read at a time, so that a reader that waited may find its
+    /// rows read by the one before it.
+    reading: Mutex<()>,
 }
 
 /// At least this many bytes of rows are read per query, for sequential readers.
@@ -208,10 +207,8 @@ impl NpyFile {
     pub fn new(object: Arc<SomaObject>, header: Vec<u8>, item_size: u64, shape: Vec<u64>) -> Self {
         let tile_rows = array_of(&object)
             .schema
-            .index_columns()
-            .next()
-            .and_then(|c| c.tile_extent.as_ref()?.as_i128())
-            .map_or(1, |e| e.max(1) as u64);
+            .first_tile_extent()
+            .map_or(1, |extent| extent as u64);
         NpyFile {
             object,
             header,
@@ -219,7 +216,7 @@ impl NpyFile {
             shape,
             tile_rows,
             last_rows: Mutex::new(None),
-            handle: Mutex::new(None),
+            reading: Mutex::new(()),
         }
     }
 
@@ -228,7 +225,7 @@ impl NpyFile {
         self.header.len() as u64 + self.shape.iter().product::<u64>() * self.item_size
     }
 
-    fn read(&self, store: &Store, offset: u64, size: u32) -> io::Result<Vec<u8>> {
+    fn read(&self, offset: u64, size: u32) -> io::Result<Vec<u8>> {
         let end = offset.saturating_add(u64::from(size)).min(self.size());
         let header_len = self.header.len() as u64;
         let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
@@ -241,7 +238,7 @@ impl NpyFile {
         while pos < end && row_bytes > 0 {
             let data_pos = pos - header_len;
             let row = data_pos / row_bytes;
-            let (first, rows) = self.rows_from(store, row, end - header_len)?;
+            let (first, rows) = self.rows_from(row, end - header_len)?;
             let skip = (data_pos - first * row_bytes) as usize;
             let take = ((end - pos) as usize).min(rows.len().saturating_sub(skip));
             if take == 0 {
@@ -257,7 +254,7 @@ impl NpyFile {
 
     /// Rows starting at or before `row` covering data bytes up to `data_end`, from the last
     /// read when it has them, else from a new dense read.
-    fn rows_from(&self, store: &Store, row: u64, data_end: u64) -> io::Result<(u64, Arc<Vec<u8>>)> {
+    fn rows_from(&self, row: u64, data_end: u64) -> io::Result<(u64, Arc<Vec<u8>>)> {
         let row_bytes = self.shape.iter().skip(1).product::<u64>() * self.item_size;
         let held = || {
             let last = self.last_rows.lock().unwrap_or_else(|e| e.into_inner());
@@ -270,20 +267,11 @@ impl NpyFile {
         if let Some(rows) = held() {
             return Ok(rows);
         }
-        // One read at a time through the file's array handle; a reader that waited here may
-        // find its rows read by the one before it.
-        let mut opened = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        let _reading = self.reading.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(rows) = held() {
             return Ok(rows);
         }
         let array = array_of(&self.object);
-        let handle = match &*opened {
-            Some(open) => open.clone(),
-            None => {
-                let open = Arc::new(open_snapshot(store, array).map_err(io::Error::other)?);
-                opened.insert(open).clone()
-            }
-        };
         // Whole tiles of the first dimension: libtiledb decompresses whole tiles anyway, so
         // a read that stops inside one would pay for it again on the next read.
         let extent = self.tile_rows.max(1);
@@ -292,8 +280,7 @@ impl NpyFile {
         let min_rows = NPY_MIN_READ_BYTES.div_ceil(row_bytes);
         let rows = wanted_rows.max(min_rows).div_ceil(extent) * extent;
         let last_row = (first + rows).min(self.shape[0]) - 1;
-        let bytes =
-            dense_values(handle, array, Some((first, last_row))).map_err(io::Error::other)?;
+        let bytes = dense_values(array, Some((first, last_row))).map_err(io::Error::other)?;
         let bytes = Arc::new(bytes);
         *self.last_rows.lock().unwrap_or_else(|e| e.into_inner()) = Some((first, bytes.clone()));
         Ok((first, bytes))

@@ -213,14 +213,9 @@ impl Tree {
             return Err(FsError::IsADirectory);
         };
         let (open_file, direct_io) = match file {
-            FileKind::Table(table, format) => open_table(&self.store, &self.data, table, *format)?,
-            FileKind::Png(level, axes) => (
-                open_png(&self.store, &self.data, array_of(level), axes)?,
-                false,
-            ),
-            FileKind::Tenx(layer, file) => {
-                (open_tenx(&self.store, &self.data, layer, *file)?, false)
-            }
+            FileKind::Table(table, format) => open_table(&self.data, table, *format)?,
+            FileKind::Png(level, axes) => (open_png(&self.data, array_of(level), axes)?, false),
+            FileKind::Tenx(layer, file) => (open_tenx(&self.data, layer, *file)?, false),
             FileKind::Npy(object) => {
                 let (header, item, shape) =
                     node::npy_layout(array_of(object)).ok_or(FsError::NotFound)?;
@@ -255,7 +250,7 @@ impl Tree {
             .cloned()
             .ok_or(FsError::NotFound)?;
         open_file
-            .read(&self.store, offset, size)
+            .read(offset, size)
             .map_err(|e| io_error("read failed", e))
     }
 

@@ -1,6 +1,7 @@
 //! Opening a URI as a SOMA object: its type, metadata and members or schema.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::tiledb::{
     self, Array, Config, Context, EnumerationInfo, Fragment, FragmentInfo, Group, Member, Metadata,
@@ -108,12 +109,13 @@ pub struct ArrayObject {
     pub non_empty_domain: Vec<Option<tiledb::Bounds>>,
     /// The fragments seen when the array was opened: what every read of it will see.
     pub fragments: Vec<Fragment>,
-    /// The timestamp reads open the array at, so that they see exactly this snapshot.
-    pub read_timestamp_ms: u64,
     /// The mount's `--timestamp`, if any.
     pub mount_timestamp_ms: Option<u64>,
     /// What the content depends on, digested (see `content_digest`).
     pub content_id: String,
+    /// The array as this snapshot opened it. Every read goes through it: libtiledb shares an
+    /// open array between concurrent queries, and a reopen would cost round trips on S3.
+    handle: Arc<Array>,
 }
 
 impl ArrayObject {
@@ -128,6 +130,11 @@ impl ArrayObject {
             head.into_iter()
                 .chain(self.fragments.iter().map(|f| f.uri.as_str())),
         )
+    }
+
+    /// The array open at this snapshot, for queries.
+    pub fn handle(&self) -> Arc<Array> {
+        self.handle.clone()
     }
 
     /// The number of stored cells.
@@ -266,12 +273,12 @@ impl Store {
             .enumerate()
             .map(|(i, dim)| array.non_empty_domain(i as u32, dim))
             .collect::<tiledb::Result<Vec<_>>>()?;
-        // Reads open the array as of the moment this open saw it (schema evolutions and
-        // fragments alike); fragments written since are not part of this snapshot.
-        let read_timestamp_ms = array.open_timestamp_end()?;
+        // Reads go through this open (schema evolutions and fragments alike): fragments
+        // written since it are not part of the snapshot.
+        let opened_at_ms = array.open_timestamp_end()?;
         let fragments: Vec<Fragment> = FragmentInfo::load(&self.ctx, uri, info.dimensions.first())?
             .into_iter()
-            .filter(|f| f.timestamp_range.1 <= read_timestamp_ms)
+            .filter(|f| f.timestamp_range.1 <= opened_at_ms)
             .collect();
         let mut array = ArrayObject {
             uri: uri.to_owned(),
@@ -280,9 +287,9 @@ impl Store {
             metadata,
             non_empty_domain,
             fragments,
-            read_timestamp_ms,
             mount_timestamp_ms: self.timestamp_ms,
             content_id: String::new(),
+            handle: Arc::new(array),
         };
         array.content_id = array.content_digest();
         Ok(array)

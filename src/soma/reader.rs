@@ -31,7 +31,6 @@ use crate::tiledb::{
 
 use super::object::ArrayObject;
 use super::schema::Column;
-use super::Store;
 
 /// What part of an array to read.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -106,16 +105,14 @@ fn plan(array: &ArrayObject) -> Plan {
     if !index.iter().all(|c| c.arrow_type == DataType::Int64) {
         return Plan::Sorted(Layout::RowMajor);
     }
-    let first = index[0];
-    let extent = first.tile_extent.as_ref().and_then(Value::as_i128);
-    let lo = first
+    let lo = index[0]
         .domain
         .as_ref()
         .and_then(|(lo, _)| lo.as_i128())
         .unwrap_or(0);
-    match extent {
-        Some(extent) if extent > 0 => Plan::Bands { extent, lo },
-        _ => Plan::Sorted(Layout::RowMajor),
+    match schema.first_tile_extent() {
+        Some(extent) => Plan::Bands { extent, lo },
+        None => Plan::Sorted(Layout::RowMajor),
     }
 }
 
@@ -161,25 +158,14 @@ fn band_runs(
 }
 
 impl BatchReader {
-    /// Starts reading `selection` of `array`, as of the array's snapshot.
+    /// Starts reading `selection` of `array`, as of the array's snapshot (through the
+    /// handle it was opened with).
     pub fn open(
-        store: &Store,
         array: &ArrayObject,
         selection: &Selection,
         batch_bytes: usize,
     ) -> tiledb::Result<BatchReader> {
-        let handle = Arc::new(open_snapshot(store, array)?);
-        BatchReader::open_on(handle, array, selection, batch_bytes)
-    }
-
-    /// Like [`BatchReader::open`], through `handle`, the array already open at its
-    /// snapshot ([`open_snapshot`]): readers of one file share it.
-    pub fn open_on(
-        handle: Arc<Array>,
-        array: &ArrayObject,
-        selection: &Selection,
-        batch_bytes: usize,
-    ) -> tiledb::Result<BatchReader> {
+        let handle = array.handle();
         let columns: Vec<Column> = array
             .schema
             .columns
@@ -552,19 +538,9 @@ impl Prefetch {
     }
 }
 
-/// Opens `array` in libtiledb as of its snapshot: what every read of it sees.
-pub fn open_snapshot(store: &Store, array: &ArrayObject) -> tiledb::Result<Array> {
-    Array::open(store.context(), &array.uri, Some(array.read_timestamp_ms))
-}
-
 /// The values of a dense array in C order, as native bytes (bool as one byte each): all of
 /// it, or rows `first..=last` of its first dimension (counted from the domain's start).
-/// `handle` is the array open at its snapshot ([`open_snapshot`]).
-pub fn dense_values(
-    handle: Arc<Array>,
-    array: &ArrayObject,
-    rows: Option<(u64, u64)>,
-) -> tiledb::Result<Vec<u8>> {
+pub fn dense_values(array: &ArrayObject, rows: Option<(u64, u64)>) -> tiledb::Result<Vec<u8>> {
     let mut selection = Selection::default();
     if let Some((first, last)) = rows {
         let lo = match array
@@ -581,7 +557,7 @@ pub fn dense_values(
             Value::Int(lo + last as i64),
         )]];
     }
-    let mut reader = BatchReader::open_on(handle, array, &selection, BATCH_BYTES)?;
+    let mut reader = BatchReader::open(array, &selection, BATCH_BYTES)?;
     let mut out = Vec::new();
     while let Some(batch) = reader.next_batch()? {
         let values = batch.column(batch.num_columns() - 1);

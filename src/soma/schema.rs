@@ -174,6 +174,18 @@ impl SomaSchema {
         self.columns.iter().filter(|c| c.is_index)
     }
 
+    /// The tile extent of the first index column, when it has a positive integer one: reads
+    /// along it go a tile (a band of rows) at a time, since libtiledb decompresses whole tiles.
+    pub fn first_tile_extent(&self) -> Option<i128> {
+        let extent = self
+            .index_columns()
+            .next()?
+            .tile_extent
+            .as_ref()?
+            .as_i128()?;
+        (extent > 0).then_some(extent)
+    }
+
     /// The Arrow schema of the object's rows.
     pub fn arrow(&self) -> SchemaRef {
         self.arrow_of(&self.columns)

@@ -13,7 +13,6 @@ use crate::tiledb::{self, Value};
 
 use super::object::ArrayObject;
 use super::reader::{BatchReader, Selection, BATCH_BYTES};
-use super::Store;
 
 /// Columns that hold a cell's barcode, in order of preference.
 const BARCODE_COLUMNS: &[&str] = &["obs_id", "barcode", "barcodes", "cell_id"];
@@ -77,7 +76,6 @@ fn joinids(batch: &RecordBatch) -> tiledb::Result<&[i64]> {
 
 /// Reads the join ids and the named columns of a data frame, in join id order.
 fn read_names(
-    store: &Store,
     frame: &ArrayObject,
     columns: &[&str],
     equals: Option<(String, Option<Value>)>,
@@ -87,7 +85,7 @@ fn read_names(
         columns: Some(columns.iter().map(|c| c.to_string()).collect()),
         ..Selection::default()
     };
-    let mut reader = BatchReader::open(store, frame, &selection, BATCH_BYTES)?;
+    let mut reader = BatchReader::open(frame, &selection, BATCH_BYTES)?;
     let mut out = Vec::new();
     while let Some(batch) = reader.next_batch()? {
         let ids = joinids(&batch)?;
@@ -107,19 +105,19 @@ fn read_names(
 
 impl TenxLayer {
     /// `barcodes.tsv`: each selected cell's barcode, in join id order.
-    pub fn barcodes(&self, store: &Store) -> tiledb::Result<Named> {
+    pub fn barcodes(&self) -> tiledb::Result<Named> {
         let column = string_column(&self.obs, BARCODE_COLUMNS).unwrap_or("soma_joinid");
-        Ok(read_names(store, &self.obs, &[column], self.cells.clone())?
+        Ok(read_names(&self.obs, &[column], self.cells.clone())?
             .into_iter()
             .map(|(id, mut names)| (id, names.swap_remove(0)))
             .collect())
     }
 
     /// `features.tsv`: each feature's id and name, in join id order.
-    pub fn features(&self, store: &Store) -> tiledb::Result<Vec<(i64, String, String)>> {
+    pub fn features(&self) -> tiledb::Result<Vec<(i64, String, String)>> {
         let id = string_column(&self.var, FEATURE_ID_COLUMNS).unwrap_or("soma_joinid");
         let name = string_column(&self.var, FEATURE_NAME_COLUMNS).unwrap_or(id);
-        Ok(read_names(store, &self.var, &[id, name], None)?
+        Ok(read_names(&self.var, &[id, name], None)?
             .into_iter()
             .map(|(joinid, mut names)| {
                 let name = names.pop().unwrap_or_default();
@@ -143,7 +141,6 @@ impl TenxLayer {
     /// hands each batch to `visit` as (obs join ids, var join ids, values).
     pub fn entries(
         &self,
-        store: &Store,
         barcodes: &[i64],
         mut visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
     ) -> tiledb::Result<()> {
@@ -165,7 +162,7 @@ impl TenxLayer {
             }
             selection.ranges = vec![runs];
         }
-        let mut reader = BatchReader::open(store, &self.x, &selection, BATCH_BYTES)?;
+        let mut reader = BatchReader::open(&self.x, &selection, BATCH_BYTES)?;
         while let Some(batch) = reader.next_batch()? {
             let dim = |i: usize| {
                 batch

@@ -38,6 +38,12 @@ macro_rules! handle {
             }
         }
 
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($name)).finish_non_exhaustive()
+            }
+        }
+
         impl Drop for $name {
             fn drop(&mut self) {
                 $(
