@@ -135,27 +135,59 @@ pub struct Scratch {
     labels: Vec<Option<RenderedLabels>>,
 }
 
-/// The labels of an enumeration, each rendered as the format writes it.
+/// The labels of an enumeration, each rendered as the format writes it, and last what a null
+/// writes; in fixed-size slots, so that writing one is a copy of the same size every time.
 struct RenderedLabels {
     values: ArrayRef,
-    texts: Vec<Vec<u8>>,
+    slots: Vec<[u8; SHORT]>,
+    lengths: Vec<usize>,
+    /// Labels too long for a slot, by index (`None` when every label fits).
+    long: Option<Vec<Vec<u8>>>,
 }
 
 impl RenderedLabels {
     fn render(values: &ArrayRef, kind: TextKind) -> io::Result<RenderedLabels> {
         let label = Formatter::new(values, None)?;
         let mut floats = Floats::default();
-        let texts = (0..values.len())
+        let mut texts: Vec<Vec<u8>> = (0..values.len())
             .map(|i| {
                 let mut out = TextBuf::default();
                 label.write(i, kind, &mut out, &mut floats);
                 out.into_vec()
             })
             .collect();
+        texts.push(if kind == TextKind::Jsonl {
+            b"null".to_vec()
+        } else {
+            Vec::new()
+        });
+        let mut slots = vec![[0u8; SHORT]; texts.len()];
+        for (slot, text) in slots.iter_mut().zip(&texts) {
+            let n = text.len().min(SHORT);
+            slot[..n].copy_from_slice(&text[..n]);
+        }
+        let lengths = texts.iter().map(Vec::len).collect();
+        let long = texts.iter().any(|t| t.len() > SHORT).then_some(texts);
         Ok(RenderedLabels {
             values: values.clone(),
-            texts,
+            slots,
+            lengths,
+            long,
         })
+    }
+
+    /// The slot a null takes.
+    fn null(&self) -> u32 {
+        (self.slots.len() - 1) as u32
+    }
+
+    #[inline]
+    fn write(&self, slot: u32, out: &mut TextBuf) {
+        let slot = slot as usize;
+        match &self.long {
+            None => out.put_slot(&self.slots[slot], self.lengths[slot]),
+            Some(texts) => out.put_short(&texts[slot]),
+        }
     }
 }
 
@@ -239,6 +271,14 @@ impl TextBuf {
             out[0] = s[0];
         }
         self.len += n;
+    }
+
+    /// Appends the first `len` bytes of `slot`, copying all of it (the rest is slack).
+    #[inline(always)]
+    fn put_slot(&mut self, slot: &[u8; SHORT], len: usize) {
+        self.reserve(SHORT);
+        self.bytes[self.len..self.len + SHORT].copy_from_slice(slot);
+        self.len += len;
     }
 
     /// Appends an integer in decimal, written in place two digits at a time.
@@ -388,7 +428,7 @@ enum Values<'a> {
     Timestamp(&'a [i64], TimeUnit),
     /// An enumerated column: its keys as label indexes (`None`: null), and each label
     /// already rendered.
-    Labels(Vec<Option<usize>>, &'a [Vec<u8>]),
+    Labels(Vec<u32>, &'a RenderedLabels),
 }
 
 fn unsupported(t: &DataType) -> io::Error {
@@ -430,7 +470,7 @@ impl<'a> Formatter<'a> {
                 let labels = labels
                     .ok_or_else(|| io::Error::other("an enumeration's labels are missing"))?;
                 return Ok(Formatter {
-                    values: Values::Labels(dictionary_keys(array, key)?, &labels.texts),
+                    values: Values::Labels(label_slots(array, key, labels)?, labels),
                     nulls: None,
                 });
             }
@@ -474,11 +514,7 @@ impl<'a> Formatter<'a> {
             Values::Timestamp(v, unit) => {
                 write_string(iso8601(v[row], *unit).as_bytes(), kind, out)
             }
-            Values::Labels(keys, labels) => match keys[row].and_then(|k| labels.get(k)) {
-                Some(label) => out.put_short(label),
-                None if json => out.put_short(b"null"),
-                None => {}
-            },
+            Values::Labels(slots, labels) => labels.write(slots[row], out),
         }
     }
 }
@@ -489,24 +525,32 @@ pub(crate) fn int<I: Decimal>(value: I, out: &mut TextBuf) {
     out.put_int(negative, magnitude);
 }
 
-/// The label indexes of a dictionary column (`None` for nulls).
-fn dictionary_keys(array: &ArrayRef, key: &DataType) -> io::Result<Vec<Option<usize>>> {
-    fn keys<K: ArrowDictionaryKeyType>(array: &ArrayRef) -> Vec<Option<usize>> {
-        let dict = array.as_dictionary::<K>();
-        dict.keys()
-            .iter()
-            .map(|k| k.and_then(|k| k.to_usize()))
-            .collect()
+/// The label slot of each row of a dictionary column (a null, or a key that names no label,
+/// takes the null's slot).
+fn label_slots(array: &ArrayRef, key: &DataType, labels: &RenderedLabels) -> io::Result<Vec<u32>> {
+    fn slots<K: ArrowDictionaryKeyType>(array: &ArrayRef, labels: &RenderedLabels) -> Vec<u32> {
+        let keys = array.as_dictionary::<K>().keys();
+        let null = labels.null();
+        let slot = |k: K::Native| k.to_usize().map_or(null, |k| k.min(null as usize) as u32);
+        match keys.nulls().filter(|n| n.null_count() > 0) {
+            None => keys.values().iter().map(|&k| slot(k)).collect(),
+            Some(nulls) => keys
+                .values()
+                .iter()
+                .enumerate()
+                .map(|(i, &k)| if nulls.is_valid(i) { slot(k) } else { null })
+                .collect(),
+        }
     }
     Ok(match key {
-        DataType::Int8 => keys::<Int8Type>(array),
-        DataType::Int16 => keys::<Int16Type>(array),
-        DataType::Int32 => keys::<Int32Type>(array),
-        DataType::Int64 => keys::<Int64Type>(array),
-        DataType::UInt8 => keys::<UInt8Type>(array),
-        DataType::UInt16 => keys::<UInt16Type>(array),
-        DataType::UInt32 => keys::<UInt32Type>(array),
-        DataType::UInt64 => keys::<UInt64Type>(array),
+        DataType::Int8 => slots::<Int8Type>(array, labels),
+        DataType::Int16 => slots::<Int16Type>(array, labels),
+        DataType::Int32 => slots::<Int32Type>(array, labels),
+        DataType::Int64 => slots::<Int64Type>(array, labels),
+        DataType::UInt8 => slots::<UInt8Type>(array, labels),
+        DataType::UInt16 => slots::<UInt16Type>(array, labels),
+        DataType::UInt32 => slots::<UInt32Type>(array, labels),
+        DataType::UInt64 => slots::<UInt64Type>(array, labels),
         other => return Err(unsupported(other)),
     })
 }
@@ -556,11 +600,7 @@ fn write_string(s: &[u8], kind: TextKind, out: &mut TextBuf) {
 /// A CSV or TSV field: quoted (RFC 4180) only when it holds the delimiter, a quote or a line
 /// break, or is empty (so that an empty string differs from a null).
 fn write_delimited_string(s: &[u8], kind: TextKind, out: &mut TextBuf) {
-    let delimiter = kind.delimiter();
-    let needs_quotes = s.is_empty()
-        || s.iter()
-            .any(|&b| b == delimiter || b == b'"' || b == b'\n' || b == b'\r');
-    if !needs_quotes {
+    if !s.is_empty() && !holds_special(s, kind.delimiter()) {
         out.put_short(s);
         return;
     }
@@ -572,6 +612,27 @@ fn write_delimited_string(s: &[u8], kind: TextKind, out: &mut TextBuf) {
         out.push(b);
     }
     out.push(b'"');
+}
+
+/// Whether `s` holds the delimiter, a quote or a line break: the bytes a field is quoted for.
+/// Eight bytes at a time: a byte of `word ^ c…c` is zero where `word` holds `c`, and
+/// `(x - 0x01…01) & !x & 0x80…80` is non-zero exactly when some byte of `x` is zero.
+fn holds_special(s: &[u8], delimiter: u8) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    let holds = |word: u64, c: u8| {
+        let x = word ^ (ONES * u64::from(c));
+        x.wrapping_sub(ONES) & !x & HIGHS != 0
+    };
+    let special = |b: &u8| matches!(*b, b'"' | b'\n' | b'\r') || *b == delimiter;
+    let mut words = s.chunks_exact(8);
+    for word in &mut words {
+        let word = u64::from_ne_bytes(word.try_into().expect("chunks of eight"));
+        if holds(word, delimiter) || holds(word, b'"') || holds(word, b'\n') || holds(word, b'\r') {
+            return true;
+        }
+    }
+    words.remainder().iter().any(special)
 }
 
 /// A JSON string, escaped as JSON requires; non-ASCII text stays UTF-8.
@@ -714,13 +775,41 @@ mod tests {
             let dict = DictionaryArray::<Int8Type>::try_new(keys, labels).unwrap();
             RecordBatch::try_new(schema.clone(), vec![Arc::new(dict) as ArrayRef]).unwrap()
         };
-        let (first, second) = (batch(vec!["a", "b"]), batch(vec!["x", "y"]));
+        // Labels that fit a slot, then one longer than a slot.
+        let long = "a label longer than thirty-two bytes";
+        let (first, second) = (batch(vec!["a", "bc"]), batch(vec!["x", long]));
         let encoder = TextEncoder::new(TextKind::Csv, &schema);
         let (mut out, mut scratch) = (TextBuf::default(), Scratch::default());
         for batch in [&first, &first.slice(1, 2), &second] {
             encoder.encode(batch, &mut out, &mut scratch).unwrap();
         }
-        assert_eq!(out.as_bytes(), b"a\nb\n\nb\n\nx\ny\n\n");
+        let want = format!("a\nbc\n\nbc\n\nx\n{long}\n\n");
+        assert_eq!(out.as_bytes(), want.as_bytes());
+        let json = TextEncoder::new(TextKind::Jsonl, &schema);
+        let mut out = TextBuf::default();
+        json.encode(&second, &mut out, &mut Scratch::default())
+            .unwrap();
+        let want = format!("{{\"e\":\"x\"}}\n{{\"e\":\"{long}\"}}\n{{\"e\":null}}\n");
+        assert_eq!(out.as_bytes(), want.as_bytes());
+    }
+
+    #[test]
+    fn special_bytes_are_found_anywhere_in_a_field() {
+        let naive = |s: &[u8], d: u8| s.iter().any(|&b| b == d || b"\"\n\r".contains(&b));
+        let mut field: Vec<u8> = b"abcdefghijklmnopqrstuvwxyz0123456789\x80\xff".to_vec();
+        for len in 0..field.len() {
+            for at in 0..len {
+                for special in [b',', b'\t', b'"', b'\n', b'\r', b'a', 0x81] {
+                    let kept = field[at];
+                    field[at] = special;
+                    for delimiter in [b',', b'\t'] {
+                        let s = &field[..len];
+                        assert_eq!(holds_special(s, delimiter), naive(s, delimiter), "{s:?}");
+                    }
+                    field[at] = kept;
+                }
+            }
+        }
     }
 
     #[test]
