@@ -8,4 +8,5 @@ pub mod digest;
 pub mod format;
 pub mod fs;
 pub mod soma;
+pub mod sync;
 pub mod tiledb;

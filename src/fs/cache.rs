@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use log::{debug, warn};
 
+use crate::sync::Recover;
+
 /// A cache key: 128 bits of a stable hash, as hex.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CacheKey(String);
@@ -89,13 +91,13 @@ impl ContentCache {
 
     /// The size of the entry for `key`, if there is one.
     pub fn size(&self, key: &CacheKey) -> Option<u64> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let entries = self.entries.lock().recover();
         entries.get(&key.0).map(|e| e.size)
     }
 
     /// Opens the entry for `key` for reading, marking it used.
     pub fn open_entry(&self, key: &CacheKey) -> Option<(File, u64)> {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = self.entries.lock().recover();
         let entry = entries.get_mut(&key.0)?;
         match File::open(self.path(key)) {
             Ok(file) => {
@@ -137,7 +139,7 @@ impl ContentCache {
     pub fn commit(&self, mut pending: Pending, size: u64) -> io::Result<()> {
         fs::rename(&pending.path, self.path(&pending.key))?;
         pending.committed = true;
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = self.entries.lock().recover();
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         entries.insert(
             pending.key.0.clone(),
@@ -169,7 +171,7 @@ impl ContentCache {
 
     /// The lock held while `key` is generated whole.
     pub fn generation_lock(&self, key: &CacheKey) -> Arc<Mutex<()>> {
-        let mut generating = self.generating.lock().unwrap_or_else(|e| e.into_inner());
+        let mut generating = self.generating.lock().recover();
         generating.retain(|_, lock| Arc::strong_count(lock) > 1);
         generating.entry(key.clone()).or_default().clone()
     }

@@ -11,6 +11,7 @@ use crate::format::text::TextBuf;
 use crate::format::{self, mtx, TableFormat};
 use crate::soma::tenx::{Positions, TenxLayer};
 use crate::soma::{dense_values, estimated_cells, ArrayObject, BatchReader, Prefetch, BATCH_BYTES};
+use crate::sync::Recover;
 
 use super::cache::{CacheKey, ContentCache};
 use super::node::{Table, TenxFile};
@@ -102,7 +103,7 @@ fn open_whole(
     generate: impl FnOnce(&mut (dyn io::Write + Send)) -> io::Result<()>,
 ) -> FsResult<OpenFile> {
     let lock = cache.generation_lock(key);
-    let _generating = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let _generating = lock.lock().recover();
     if cache.size(key).is_none() {
         let started = std::time::Instant::now();
         let (pending, file) = cache.begin(key).map_err(|e| io_error(what, e))?;

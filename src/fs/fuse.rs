@@ -18,6 +18,8 @@ use fuser::{
 };
 use log::debug;
 
+use crate::sync::Recover;
+
 use super::tree::{Attr, FsError, Tree};
 
 /// How long the kernel may keep entries and attributes before asking again.
@@ -74,7 +76,7 @@ impl SomaFs {
         if !self.passthrough {
             return Err(reply);
         }
-        let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut backing = self.backing.lock().recover();
         match backing.inodes.entry(ino) {
             Entry::Occupied(_) => {
                 if cache_file.is_none() {
@@ -207,7 +209,7 @@ impl Filesystem for SomaFs {
         reply: ReplyEmpty,
     ) {
         self.tree.release(fh.0);
-        let mut backing = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut backing = self.backing.lock().recover();
         if let Some(ino) = backing.handles.remove(&fh.0) {
             if let Some((_, handles)) = backing.inodes.get_mut(&ino) {
                 *handles -= 1;

@@ -8,6 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::soma::{dense_values, SomaObject};
+use crate::sync::Recover;
 
 use super::cache::{CacheKey, ContentCache};
 use super::node::array_of;
@@ -121,7 +122,7 @@ impl Stream {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, StreamState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().recover()
     }
 
     fn read(&self, offset: u64, size: u32) -> io::Result<Vec<u8>> {
@@ -135,7 +136,7 @@ impl Stream {
             match &state.finished {
                 Some(Err(e)) => return Err(io::Error::other(e.clone())),
                 Some(Ok(())) => return Ok(Vec::new()),
-                None => state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner()),
+                None => state = self.changed.wait(state).recover(),
             }
         }
         let available = (state.produced - offset).min(u64::from(size));
@@ -170,11 +171,7 @@ impl Write for StreamSink<'_> {
         state.produced += buf.len() as u64;
         self.stream.changed.notify_all();
         while state.produced > state.wanted + READ_AHEAD_BYTES && !state.cancelled {
-            state = self
-                .stream
-                .changed
-                .wait(state)
-                .unwrap_or_else(|e| e.into_inner());
+            state = self.stream.changed.wait(state).recover();
         }
         Ok(buf.len())
     }
@@ -257,7 +254,7 @@ impl NpyFile {
     fn rows_from(&self, row: u64, data_end: u64) -> io::Result<(u64, Arc<Vec<u8>>)> {
         let row_bytes = self.shape.iter().skip(1).product::<u64>() * self.item_size;
         let held = || {
-            let last = self.last_rows.lock().unwrap_or_else(|e| e.into_inner());
+            let last = self.last_rows.lock().recover();
             last.as_ref()
                 .filter(|(first, bytes)| {
                     row >= *first && row < first + bytes.len() as u64 / row_bytes
@@ -267,7 +264,7 @@ impl NpyFile {
         if let Some(rows) = held() {
             return Ok(rows);
         }
-        let _reading = self.reading.lock().unwrap_or_else(|e| e.into_inner());
+        let _reading = self.reading.lock().recover();
         if let Some(rows) = held() {
             return Ok(rows);
         }
@@ -282,7 +279,7 @@ impl NpyFile {
         let last_row = (first + rows).min(self.shape[0]) - 1;
         let bytes = dense_values(array, Some((first, last_row))).map_err(io::Error::other)?;
         let bytes = Arc::new(bytes);
-        *self.last_rows.lock().unwrap_or_else(|e| e.into_inner()) = Some((first, bytes.clone()));
+        *self.last_rows.lock().recover() = Some((first, bytes.clone()));
         Ok((first, bytes))
     }
 }

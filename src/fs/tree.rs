@@ -15,6 +15,7 @@ use std::time::Instant;
 use log::warn;
 
 use crate::soma::Store;
+use crate::sync::Recover;
 
 use super::data::{io_error, open_png, open_table, open_tenx, table_key, tenx_key, DataOptions};
 use super::node::{self, array_of, FileKind, NodeKind};
@@ -117,7 +118,7 @@ impl Tree {
     }
 
     fn node(&self, ino: Ino) -> FsResult<Arc<Node>> {
-        let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
+        let nodes = self.nodes.read().recover();
         match usize::try_from(ino).ok().filter(|&i| i >= 1) {
             Some(i) => nodes.get(i).cloned().ok_or(FsError::NotFound),
             None => Err(FsError::NotFound),
@@ -125,7 +126,7 @@ impl Tree {
     }
 
     fn add_node(&self, kind: NodeKind) -> Ino {
-        let mut nodes = self.nodes.write().unwrap_or_else(|e| e.into_inner());
+        let mut nodes = self.nodes.write().recover();
         nodes.push(Node::new(kind));
         (nodes.len() - 1) as Ino
     }
@@ -167,7 +168,7 @@ impl Tree {
         let NodeKind::Slices(table) = &node.kind else {
             return Err(FsError::NotFound);
         };
-        let mut found = node.found.lock().unwrap_or_else(|e| e.into_inner());
+        let mut found = node.found.lock().recover();
         let ino = match found.get(name) {
             Some(&ino) => ino,
             None => {
@@ -185,7 +186,7 @@ impl Tree {
     pub fn readdir(&self, ino: Ino) -> FsResult<Vec<(Ino, bool, String)>> {
         let node = self.node(ino)?;
         let listing = self.listing(&node)?;
-        let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
+        let nodes = self.nodes.read().recover();
         Ok(listing
             .entries
             .iter()
@@ -231,7 +232,7 @@ impl Tree {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.open_files
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .recover()
             .insert(fh, Arc::new(open_file));
         Ok(Opened {
             fh,
@@ -245,7 +246,7 @@ impl Tree {
         let open_file = self
             .open_files
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .recover()
             .get(&fh)
             .cloned()
             .ok_or(FsError::NotFound)?;
@@ -256,11 +257,7 @@ impl Tree {
 
     /// Closes a file handle.
     pub fn release(&self, fh: u64) {
-        let removed = self
-            .open_files
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&fh);
+        let removed = self.open_files.lock().recover().remove(&fh);
         if let Some(open_file) = removed {
             open_file.close();
         }
@@ -280,11 +277,7 @@ impl Tree {
         if !node.kind.is_dir() {
             return Err(FsError::NotADirectory);
         }
-        let current = node
-            .listing
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let current = node.listing.read().recover().clone();
         let expires = matches!(node.kind, NodeKind::Object { .. });
         if let Some(listing) = &current {
             if !expires || listing.made.elapsed() < self.data.metadata_ttl {
@@ -303,7 +296,7 @@ impl Tree {
                 Err(_) if current.as_ref().is_some_and(|l| l.fingerprint.is_some()) => {
                     warn!("{uri}: keeping the last listing until the store answers again");
                     let kept = current.expect("checked just above").renewed();
-                    *node.listing.write().unwrap_or_else(|e| e.into_inner()) = Some(kept.clone());
+                    *node.listing.write().recover() = Some(kept.clone());
                     return Ok(kept);
                 }
                 Err(named) => (None, named),
@@ -327,7 +320,7 @@ impl Tree {
             Some(old) if old.fingerprint == fingerprint => old.renewed(),
             _ => Arc::new(self.add_entries(named, fingerprint)),
         };
-        *node.listing.write().unwrap_or_else(|e| e.into_inner()) = Some(listing.clone());
+        *node.listing.write().recover() = Some(listing.clone());
         if open_members && matches!(node.kind, NodeKind::Object { .. }) {
             self.open_members(&listing);
         }
@@ -342,12 +335,7 @@ impl Tree {
             .iter()
             .filter_map(|(_, ino)| self.node(*ino).ok())
             .filter(|n| matches!(n.kind, NodeKind::Object { .. }))
-            .filter(|n| {
-                n.listing
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .is_none()
-            })
+            .filter(|n| n.listing.read().recover().is_none())
             .collect();
         if members.len() < 2 {
             return;
