@@ -63,6 +63,9 @@ impl Listing {
 struct Node {
     kind: NodeKind,
     listing: RwLock<Option<Arc<Listing>>>,
+    /// Held while the listing is made: looks that need it meanwhile wait for it rather than
+    /// make another one (with other inodes, and on S3 the same requests again).
+    making: Mutex<()>,
     /// Entries found by lookup that the listing does not show (slices opened by name).
     found: Mutex<HashMap<String, Ino>>,
     /// A document's bytes, made on first look.
@@ -277,12 +280,21 @@ impl Tree {
         if !node.kind.is_dir() {
             return Err(FsError::NotADirectory);
         }
-        let current = node.listing.read().recover().clone();
         let expires = matches!(node.kind, NodeKind::Object { .. });
-        if let Some(listing) = &current {
-            if !expires || listing.made.elapsed() < self.data.metadata_ttl {
-                return Ok(listing.clone());
-            }
+        let fresh = |current: &Option<Arc<Listing>>| {
+            current
+                .as_ref()
+                .filter(|l| !expires || l.made.elapsed() < self.data.metadata_ttl)
+                .cloned()
+        };
+        if let Some(listing) = fresh(&node.listing.read().recover()) {
+            return Ok(listing);
+        }
+        let _making = node.making.lock().recover();
+        // Another look may have made it while this one waited.
+        let current = node.listing.read().recover().clone();
+        if let Some(listing) = fresh(&current) {
+            return Ok(listing);
         }
         let (fingerprint, named) = match &node.kind {
             NodeKind::Object {
@@ -383,6 +395,7 @@ impl Node {
         Arc::new(Node {
             kind,
             listing: RwLock::new(None),
+            making: Mutex::new(()),
             found: Mutex::new(HashMap::new()),
             content: OnceLock::new(),
         })

@@ -213,6 +213,42 @@ def test_sixteen_concurrent_readers(fixtures_dir, mount):
 
 
 @pytest.mark.timeout(120)
+def test_concurrent_first_looks_list_each_directory_once(fixtures_dir, mount):
+    """Sixteen threads look up different entries of the same directories of a fresh mount at
+    once. Each directory is listed once (the others wait for that listing), so the inode a
+    lookup gave an entry is the one its directory's listing shows."""
+    with mount(fixtures_dir / "pbmc") as mp:
+        root = Path(mp)
+        paths = ["metadata.json", "obs", "ms", "obs/metadata.json", "obs/data.csv", "obs/by",
+                 "obs/schema.json", "ms/RNA", "ms/metadata.json", "ms/RNA/X", "ms/RNA/var",
+                 "ms/RNA/metadata.json", "ms/RNA/X/data", "ms/RNA/var/data.csv",
+                 "ms/RNA/X/data/schema.json", "ms/RNA/var/metadata.json"]
+        looked: dict[str, int] = {}
+        errors: list[str] = []
+        start = threading.Barrier(len(paths))
+
+        def look(rel: str) -> None:
+            try:
+                start.wait()
+                looked[rel] = os.stat(root / rel).st_ino
+            except Exception as e:  # noqa: BLE001 -- every failure is reported
+                errors.append(f"{rel}: {e!r}")
+
+        threads = [threading.Thread(target=look, args=(rel,)) for rel in paths]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "a lookup hung"
+        assert not errors, errors
+        for rel, ino in looked.items():
+            parent = (root / rel).parent
+            listed = {e.name: e.inode() for e in os.scandir(parent)}
+            name = Path(rel).name
+            assert listed.get(name) == ino, f"{rel}: looked up as inode {ino}, listed as {listed.get(name)}"
+
+
+@pytest.mark.timeout(120)
 def test_readers_killed_mid_file_free_their_work(fixtures_dir, mount):
     with mount(fixtures_dir / "big", "--materialize-limit", "0") as mp:
         path = Path(mp) / "X" / "data.csv"
