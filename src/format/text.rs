@@ -1,6 +1,6 @@
 //! CSV, TSV and JSON Lines: rows of record batches as text, one line per row.
 //!
-//! Values are formatted by hand (itoa for integers, zmij for floats): twice the speed of
+//! Values are formatted by hand (integers in place, floats by zmij): twice the speed of
 //! arrow-csv's writer on numeric columns, and exactly the contract's spelling. Floats are the
 //! shortest text that parses back to the same value (`NaN`, `inf`, `-inf` in CSV and TSV;
 //! `null` in JSON); a null is an empty field (`null` in JSON); an enumerated column holds its
@@ -136,13 +136,18 @@ pub struct Scratch {
 }
 
 /// The labels of an enumeration, each rendered as the format writes it, and last what a null
-/// writes; in fixed-size slots, so that writing one is a copy of the same size every time.
+/// writes.
 struct RenderedLabels {
     values: ArrayRef,
-    slots: Vec<[u8; SHORT]>,
-    lengths: Vec<usize>,
-    /// Labels too long for a slot, by index (`None` when every label fits).
-    long: Option<Vec<Vec<u8>>>,
+    texts: LabelTexts,
+}
+
+enum LabelTexts {
+    /// Every text fits a fixed-size slot (with its length): writing one is a copy of the
+    /// same size every time.
+    Slots(Vec<([u8; SHORT], usize)>),
+    /// Some text is longer than a slot.
+    Long(Vec<Vec<u8>>),
 }
 
 impl RenderedLabels {
@@ -161,32 +166,39 @@ impl RenderedLabels {
         } else {
             Vec::new()
         });
-        let mut slots = vec![[0u8; SHORT]; texts.len()];
-        for (slot, text) in slots.iter_mut().zip(&texts) {
-            let n = text.len().min(SHORT);
-            slot[..n].copy_from_slice(&text[..n]);
-        }
-        let lengths = texts.iter().map(Vec::len).collect();
-        let long = texts.iter().any(|t| t.len() > SHORT).then_some(texts);
+        let texts = if texts.iter().all(|t| t.len() <= SHORT) {
+            let slot = |text: &Vec<u8>| {
+                let mut slot = [0u8; SHORT];
+                slot[..text.len()].copy_from_slice(text);
+                (slot, text.len())
+            };
+            LabelTexts::Slots(texts.iter().map(slot).collect())
+        } else {
+            LabelTexts::Long(texts)
+        };
         Ok(RenderedLabels {
             values: values.clone(),
-            slots,
-            lengths,
-            long,
+            texts,
         })
     }
 
-    /// The slot a null takes.
+    /// The slot a null takes: the last.
     fn null(&self) -> u32 {
-        (self.slots.len() - 1) as u32
+        let count = match &self.texts {
+            LabelTexts::Slots(slots) => slots.len(),
+            LabelTexts::Long(texts) => texts.len(),
+        };
+        (count - 1) as u32
     }
 
     #[inline]
     fn write(&self, slot: u32, out: &mut TextBuf) {
-        let slot = slot as usize;
-        match &self.long {
-            None => out.put_slot(&self.slots[slot], self.lengths[slot]),
-            Some(texts) => out.put_short(&texts[slot]),
+        match &self.texts {
+            LabelTexts::Slots(slots) => {
+                let (slot, len) = &slots[slot as usize];
+                out.put_slot(slot, *len);
+            }
+            LabelTexts::Long(texts) => out.put_short(&texts[slot as usize]),
         }
     }
 }
@@ -426,7 +438,7 @@ enum Values<'a> {
     Bytes(&'a arrow_array::LargeBinaryArray),
     Date(&'a [i32]),
     Timestamp(&'a [i64], TimeUnit),
-    /// An enumerated column: its keys as label indexes (`None`: null), and each label
+    /// An enumerated column: each row's label slot (nulls have their own), and the labels
     /// already rendered.
     Labels(Vec<u32>, &'a RenderedLabels),
 }

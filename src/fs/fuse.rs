@@ -1,6 +1,8 @@
 //! The `fuser::Filesystem` implementation: it translates kernel requests into calls on the
-//! [`Tree`] and its answers into replies. It decides nothing: every write-side request is
-//! `EROFS` because the filesystem is read-only, everything else is the tree's answer.
+//! [`Tree`] and its answers into replies. It decides nothing about content: every write-side
+//! request is `EROFS` because the filesystem is read-only, everything else is the tree's
+//! answer. What it owns is the kernel's side of FUSE passthrough: which open files the kernel
+//! reads itself, through which backing file.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
