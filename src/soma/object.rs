@@ -202,11 +202,19 @@ pub struct Store {
 /// The libtiledb settings soma-mount always uses: var-sized buffers come out as Arrow large
 /// offsets (64-bit, with the extra final element, in bytes), and freed memory is kept for
 /// the next query rather than trimmed after each (see `tune_allocator` in main.rs).
-const BASE_CONFIG: [(&str, &str); 4] = [
+///
+/// The sparse global-order reader's tile-order pre-processing is off: libtiledb 2.30 merges
+/// the tile lists on its thread pool while the query runs, and a query that ends before that
+/// merge does frees the merge's memory under its tasks (fixed upstream after 2.30, TileDB
+/// pull request 5723). The daemon crashed there (`MergeUnit::~MergeUnit`), rarely, in the
+/// integration tests. Without it the reader loads tiles fragment by fragment, as before
+/// libtiledb 2.28.
+const BASE_CONFIG: [(&str, &str); 5] = [
     ("sm.var_offsets.bitsize", "64"),
     ("sm.var_offsets.extra_element", "true"),
     ("sm.var_offsets.mode", "bytes"),
     ("sm.mem.malloc_trim", "false"),
+    ("sm.query.sparse_global_order.preprocess_tile_merge", "0"),
 ];
 
 impl Store {
