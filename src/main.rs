@@ -391,7 +391,9 @@ fn run(cli: Cli) -> ExitCode {
         chunk_cells: cli.chunk_cells.max(1),
         metadata_ttl: Duration::from_secs_f64(cli.metadata_ttl),
     };
-    let fs = SomaFs::new(Tree::new(store, &uri, data));
+    let tree = Tree::new(store, &uri, data);
+    let prefetching = tree.prefetching();
+    let fs = SomaFs::new(tree);
     let session = match fuser::Session::new(fs, &cli.mountpoint, &config).and_then(|s| s.spawn()) {
         Ok(session) => session,
         Err(e) => {
@@ -407,11 +409,19 @@ fn run(cli: Cli) -> ExitCode {
         detach_from_parent();
     }
 
-    while !stop.load(Ordering::Relaxed) {
+    let code = loop {
+        if stop.load(Ordering::Relaxed) {
+            info!("signal received: unmounting {}", cli.mountpoint.display());
+            if let Err(e) = session.umount_and_join() {
+                warn!("unmount failed ({e}); detaching the mount instead");
+                lazy_unmount(&cli.mountpoint);
+            }
+            break ExitCode::SUCCESS;
+        }
         if session.guard.is_finished() {
             // Unmounted from outside (`umount DIR`): the session loop has ended.
             info!("{} was unmounted", cli.mountpoint.display());
-            return match session.join() {
+            break match session.join() {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     error!("the FUSE session failed: {e}");
@@ -420,14 +430,20 @@ fn run(cli: Cli) -> ExitCode {
             };
         }
         std::thread::sleep(Duration::from_millis(50));
+    };
+    if !prefetching.stop_and_wait(PREFETCH_WAIT) {
+        warn!(
+            "member objects were still being opened {}s after the unmount: exiting anyway",
+            PREFETCH_WAIT.as_secs()
+        );
     }
-    info!("signal received: unmounting {}", cli.mountpoint.display());
-    if let Err(e) = session.umount_and_join() {
-        warn!("unmount failed ({e}); detaching the mount instead");
-        lazy_unmount(&cli.mountpoint);
-    }
-    ExitCode::SUCCESS
+    code
 }
+
+/// How long an ending daemon waits for member objects still being opened (an open is a
+/// round of metadata requests; a store that stopped answering fails them within libtiledb's
+/// timeouts).
+const PREFETCH_WAIT: Duration = Duration::from_secs(20);
 
 /// Keeps freed memory for reuse rather than handing it back to the system at once, and in
 /// one place where every thread finds it.

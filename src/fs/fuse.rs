@@ -8,7 +8,7 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -29,7 +29,7 @@ const TTL: Duration = Duration::from_secs(1);
 
 /// The FUSE face of a [`Tree`].
 pub struct SomaFs {
-    tree: Tree,
+    tree: Arc<Tree>,
     mounted_at: SystemTime,
     uid: u32,
     gid: u32,
@@ -50,7 +50,7 @@ struct Backing {
 }
 
 impl SomaFs {
-    pub fn new(tree: Tree) -> SomaFs {
+    pub fn new(tree: Arc<Tree>) -> SomaFs {
         // SAFETY: getuid/getgid cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         SomaFs {

@@ -6,11 +6,16 @@
 //! metadata and structure (never array data), and every entry gets an inode then. A slice
 //! opened by a name that is not listed gets an inode on that lookup. Inodes live as long as
 //! the mount; the tree is as big as the part of the store that was looked at.
+//!
+//! A look into a group is usually followed by looks into its members, so a group's listing
+//! starts opening its member objects, several at a time, on threads of their own
+//! ([`Prefetching`]): the look itself answers at once, and `ls -R` of a remote store pays
+//! its round trips in parallel rather than one after another.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
+use std::time::{Duration, Instant};
 
 use log::warn;
 
@@ -93,8 +98,57 @@ pub struct Opened {
     pub cache_file: Option<std::fs::File>,
 }
 
+/// Member objects being opened ahead of looks into them, on threads of their own. The
+/// daemon stops this and waits for it before it exits: no thread may still be inside
+/// libtiledb when its static state is torn down.
+#[derive(Default)]
+pub struct Prefetching {
+    /// How many prefetches run, and whether new ones are refused.
+    state: Mutex<(usize, bool)>,
+    ended: Condvar,
+}
+
+impl Prefetching {
+    /// Counts a new prefetch in, unless prefetching has stopped.
+    fn begin(&self) -> bool {
+        let mut state = self.state.lock().recover();
+        if state.1 {
+            return false;
+        }
+        state.0 += 1;
+        true
+    }
+
+    fn end(&self) {
+        let mut state = self.state.lock().recover();
+        state.0 -= 1;
+        if state.0 == 0 {
+            self.ended.notify_all();
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.state.lock().recover().1
+    }
+
+    /// Refuses new prefetches, lets running ones skip the members they have not started, and
+    /// waits up to `limit` for them to end: false if some still run.
+    pub fn stop_and_wait(&self, limit: Duration) -> bool {
+        let mut state = self.state.lock().recover();
+        state.1 = true;
+        let (state, _) = self
+            .ended
+            .wait_timeout_while(state, limit, |s| s.0 > 0)
+            .recover();
+        state.0 == 0
+    }
+}
+
 /// The mounted tree.
 pub struct Tree {
+    /// The tree itself, for the threads that open members ahead.
+    me: Weak<Tree>,
+    prefetching: Arc<Prefetching>,
     store: Store,
     data: DataOptions,
     nodes: RwLock<Vec<Arc<Node>>>,
@@ -104,20 +158,27 @@ pub struct Tree {
 
 impl Tree {
     /// A tree whose root is the object at `root_uri`.
-    pub fn new(store: Store, root_uri: &str, data: DataOptions) -> Tree {
+    pub fn new(store: Store, root_uri: &str, data: DataOptions) -> Arc<Tree> {
         let root = Node::new(NodeKind::Object {
             uri: root_uri.to_owned(),
             obs: None,
             ancestors: Arc::new([]),
         });
-        Tree {
+        Arc::new_cyclic(|me| Tree {
+            me: me.clone(),
+            prefetching: Arc::default(),
             store,
             data,
             // Inode numbers start at 1 (`ROOT`): slot 0 is never handed out.
             nodes: RwLock::new(vec![root.clone(), root]),
             open_files: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-        }
+        })
+    }
+
+    /// What the daemon stops and waits for before it exits.
+    pub fn prefetching(&self) -> Arc<Prefetching> {
+        self.prefetching.clone()
     }
 
     fn node(&self, ino: Ino) -> FsResult<Arc<Node>> {
@@ -272,10 +333,8 @@ impl Tree {
         self.listing_of(node, true)
     }
 
-    /// [`Self::listing`]; with `open_members`, a new listing of a group also opens its
-    /// member objects (one level down), several at a time, since a look into a group is
-    /// usually followed by looks into its members: `ls -R` of a remote store then pays
-    /// round trips in parallel, not one after another.
+    /// [`Self::listing`]; with `open_members`, a new listing of a group also starts opening
+    /// its member objects (one level down) in the background.
     fn listing_of(&self, node: &Node, open_members: bool) -> FsResult<Arc<Listing>> {
         if !node.kind.is_dir() {
             return Err(FsError::NotADirectory);
@@ -334,14 +393,15 @@ impl Tree {
         };
         *node.listing.write().recover() = Some(listing.clone());
         if open_members && matches!(node.kind, NodeKind::Object { .. }) {
-            self.open_members(&listing);
+            self.open_members_ahead(&listing);
         }
         Ok(listing)
     }
 
-    /// Lists the not-yet-listed object directories among a listing's entries, in parallel.
-    fn open_members(&self, listing: &Listing) {
-        const AT_ONCE: usize = 8;
+    /// Starts listing the not-yet-listed object directories among a listing's entries, on
+    /// a thread of its own. A look into one of them meanwhile waits for its listing (see
+    /// `Node::making`) or makes it first.
+    fn open_members_ahead(&self, listing: &Listing) {
         let members: Vec<Arc<Node>> = listing
             .entries
             .iter()
@@ -349,13 +409,38 @@ impl Tree {
             .filter(|n| matches!(n.kind, NodeKind::Object { .. }))
             .filter(|n| n.listing.read().recover().is_none())
             .collect();
+        // A lone member gains nothing: the look into it opens it as soon.
         if members.len() < 2 {
             return;
         }
+        let Some(tree) = self.me.upgrade() else {
+            return;
+        };
+        if !self.prefetching.begin() {
+            return;
+        }
+        let started = std::thread::Builder::new()
+            .name("soma-prefetch".into())
+            .spawn(move || {
+                tree.open_members(&members);
+                tree.prefetching.end();
+            });
+        if started.is_err() {
+            // No thread: the members are opened when they are looked at.
+            self.prefetching.end();
+        }
+    }
+
+    /// Lists `members`, several at a time, until they are done or prefetching stops.
+    fn open_members(&self, members: &[Arc<Node>]) {
+        const AT_ONCE: usize = 8;
         let next = AtomicU64::new(0);
         let open_next = || loop {
             let i = next.fetch_add(1, Ordering::Relaxed) as usize;
             let Some(member) = members.get(i) else { break };
+            if self.prefetching.stopped() {
+                break;
+            }
             // Errors show in the member's own listing (error.txt) when it is looked at.
             let _ = self.listing_of(member, false);
         };

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import subprocess
 import tempfile
 import threading
@@ -39,7 +40,7 @@ import dataref
 import somaref
 import test_data as td
 import test_tree as tt
-from conftest import is_mounted, mount_guard
+from conftest import is_mounted, mount_guard, wait_until
 from dataref import Ref, RefCol
 from s3server import S3Server, config_args, soma_context
 from somaref import json_equal, load_json_strict
@@ -472,6 +473,35 @@ def _outage_problems(seen: dict, root_collapsed: bool) -> list[str]:
                 continue
         problems.append(f"{rel}: {describe(value, error)} (expected EIO, or error.txt)")
     return problems
+
+
+@pytest.mark.timeout(120)
+def test_daemon_ends_cleanly_while_members_are_still_opening(fault_server, fixtures_dir):
+    """A group's listing answers before its members are opened: they are opened on threads
+    of their own. The server freezes right after the first listing of pbmc's root, while
+    those opens are under way; SIGTERM then ends the daemon within libtiledb's timeouts and
+    cleanly (exit code 0, no mount left), not with a thread still inside libtiledb."""
+    server = fault_server
+    server.upload_tree(fixtures_dir / "pbmc", BUCKET, "pbmc")
+    with _fault_mount(server, f"s3://{BUCKET}/pbmc") as mp:
+        names = os.listdir(mp)
+        server.pause()
+        try:
+            t0 = time.monotonic()
+            mp.proc.send_signal(signal.SIGTERM)
+            try:
+                code = mp.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                pytest.fail("the daemon still runs 60 s after SIGTERM")
+            secs = time.monotonic() - t0
+        finally:
+            server.resume()
+        log = Path(mp.log).read_text(errors="replace")
+        assert code == 0, f"the daemon ended with {code} after {secs:.1f} s:\n{log[-3000:]}"
+        assert "panicked" not in log, log[-3000:]
+        assert wait_until(lambda: not is_mounted(mp), 5), f"{mp} is still mounted"
+        assert {"ms", "obs"} <= set(names), names
+        print(f"\nthe daemon ended {secs:.1f} s after SIGTERM with member opens hung on a frozen server")
 
 
 @pytest.mark.timeout(240)
