@@ -120,15 +120,6 @@ def pids_with_arg(arg: str) -> list[int]:
     return pids
 
 
-def listable(path) -> bool:
-    """True when `path` can be listed (a dead or missing mount cannot)."""
-    try:
-        os.listdir(path)
-        return True
-    except OSError:
-        return False
-
-
 def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
