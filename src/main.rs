@@ -392,8 +392,7 @@ fn run(cli: Cli) -> ExitCode {
         metadata_ttl: Duration::from_secs_f64(cli.metadata_ttl),
     };
     let tree = Tree::new(store, &uri, data);
-    let prefetching = tree.prefetching();
-    let fs = SomaFs::new(tree);
+    let fs = SomaFs::new(tree.clone());
     let session = match fuser::Session::new(fs, &cli.mountpoint, &config).and_then(|s| s.spawn()) {
         Ok(session) => session,
         Err(e) => {
@@ -431,7 +430,7 @@ fn run(cli: Cli) -> ExitCode {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    if !prefetching.stop_and_wait(PREFETCH_WAIT) {
+    if !tree.stop_prefetching(PREFETCH_WAIT) {
         warn!(
             "member objects were still being opened {}s after the unmount: exiting anyway",
             PREFETCH_WAIT.as_secs()

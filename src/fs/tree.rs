@@ -99,10 +99,10 @@ pub struct Opened {
 }
 
 /// Member objects being opened ahead of looks into them, on threads of their own. The
-/// daemon stops this and waits for it before it exits: no thread may still be inside
-/// libtiledb when its static state is torn down.
+/// daemon stops this and waits for it before it exits ([`Tree::stop_prefetching`]): no
+/// thread may still be inside libtiledb when its static state is torn down.
 #[derive(Default)]
-pub struct Prefetching {
+struct Prefetching {
     /// How many prefetches run, and whether new ones are refused.
     state: Mutex<(usize, bool)>,
     ended: Condvar,
@@ -131,9 +131,8 @@ impl Prefetching {
         self.state.lock().recover().1
     }
 
-    /// Refuses new prefetches, lets running ones skip the members they have not started, and
-    /// waits up to `limit` for them to end: false if some still run.
-    pub fn stop_and_wait(&self, limit: Duration) -> bool {
+    /// See [`Tree::stop_prefetching`].
+    fn stop_and_wait(&self, limit: Duration) -> bool {
         let mut state = self.state.lock().recover();
         state.1 = true;
         let (state, _) = self
@@ -148,7 +147,7 @@ impl Prefetching {
 pub struct Tree {
     /// The tree itself, for the threads that open members ahead.
     me: Weak<Tree>,
-    prefetching: Arc<Prefetching>,
+    prefetching: Prefetching,
     store: Store,
     data: DataOptions,
     nodes: RwLock<Vec<Arc<Node>>>,
@@ -166,7 +165,7 @@ impl Tree {
         });
         Arc::new_cyclic(|me| Tree {
             me: me.clone(),
-            prefetching: Arc::default(),
+            prefetching: Prefetching::default(),
             store,
             data,
             // Inode numbers start at 1 (`ROOT`): slot 0 is never handed out.
@@ -176,9 +175,11 @@ impl Tree {
         })
     }
 
-    /// What the daemon stops and waits for before it exits.
-    pub fn prefetching(&self) -> Arc<Prefetching> {
-        self.prefetching.clone()
+    /// Refuses new prefetches, lets running ones skip the members they have not started, and
+    /// waits up to `limit` for them to end: false if some still run. The daemon calls it
+    /// before it exits.
+    pub fn stop_prefetching(&self, limit: Duration) -> bool {
+        self.prefetching.stop_and_wait(limit)
     }
 
     fn node(&self, ino: Ino) -> FsResult<Arc<Node>> {
