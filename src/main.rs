@@ -407,6 +407,7 @@ fn run(cli: Cli) -> ExitCode {
     if std::env::var_os(DAEMON_ENV).is_some() {
         detach_from_parent();
     }
+    warm_heap();
 
     let code = loop {
         if stop.load(Ordering::Relaxed) {
@@ -468,6 +469,29 @@ fn tune_allocator() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_BYTES);
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
+}
+
+/// How much heap `warm_heap` faults in: about what reading a small array holds at once
+/// (its TileDB buffers, the tiles they come from, the text in flight).
+const WARM_HEAP_BYTES: usize = 32 << 20;
+
+/// Faults in `WARM_HEAP_BYTES` of heap and frees it again, kept (see `tune_allocator`) for
+/// the reads to come.
+///
+/// Memory is faulted in the first time it is touched, a page at a time (about 2.6 µs each on
+/// a small VM). Without this, the daemon's first read of an array bigger than any before it
+/// paid for that: obs's 100,000 rows took 2,400 faults and 8 ms more than the same read once
+/// the memory had been used. Called once the session runs: its threads take their request
+/// buffers from this heap as they start, and memory warmed before them went to those
+/// buffers (a thread that starts later still takes its buffer from the warm memory, which
+/// costs only warmth).
+fn warm_heap() {
+    const PIECE_BYTES: usize = 1 << 20; // under the mmap threshold: carved from the heap
+    let pieces: Vec<Vec<u8>> = (0..WARM_HEAP_BYTES / PIECE_BYTES)
+        .map(|_| vec![1u8; PIECE_BYTES])
+        .collect();
+    // Freed side by side, the pieces merge back into one free block at the top of the heap.
+    drop(std::hint::black_box(pieces));
 }
 
 fn main() -> ExitCode {
