@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use fuser::{MountOption, SessionACL};
@@ -279,6 +279,20 @@ fn detach_from_parent() {
     }
 }
 
+/// Unmounts `dir`; a busy mount (files open on it) is detached instead.
+fn unmount(dir: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return;
+    };
+    // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
+    if unsafe { libc::umount2(path.as_ptr(), 0) } != 0 {
+        let e = std::io::Error::last_os_error();
+        warn!("unmount failed ({e}); detaching the mount instead");
+        lazy_unmount(dir);
+    }
+}
+
 /// Detaches the mount when a normal unmount fails (busy): it goes once the last user leaves.
 fn lazy_unmount(dir: &Path) {
     use std::os::unix::ffi::OsStrExt;
@@ -409,41 +423,63 @@ fn run(cli: Cli) -> ExitCode {
     }
     warm_heap();
 
-    let code = loop {
+    let signalled = loop {
         if stop.load(Ordering::Relaxed) {
-            info!("signal received: unmounting {}", cli.mountpoint.display());
-            if let Err(e) = session.umount_and_join() {
-                warn!("unmount failed ({e}); detaching the mount instead");
-                lazy_unmount(&cli.mountpoint);
-            }
-            break ExitCode::SUCCESS;
+            break true;
         }
         if session.guard.is_finished() {
-            // Unmounted from outside (`umount DIR`): the session loop has ended.
-            info!("{} was unmounted", cli.mountpoint.display());
-            break match session.join() {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    error!("the FUSE session failed: {e}");
-                    ExitCode::FAILURE
-                }
-            };
+            break false; // unmounted from outside (`umount DIR`): the session loop has ended
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    if !tree.stop_prefetching(PREFETCH_WAIT) {
+    if signalled {
+        info!("signal received: unmounting {}", cli.mountpoint.display());
+        unmount(&cli.mountpoint);
+    } else {
+        info!("{} was unmounted", cli.mountpoint.display());
+    }
+    // Background work ends first: files still being generated stop, and their readers, given
+    // an error, let go of a detached mount.
+    if !tree.stop_background_work(BACKGROUND_WAIT) {
         warn!(
-            "member objects were still being opened {}s after the unmount: exiting anyway",
-            PREFETCH_WAIT.as_secs()
+            "background work (member opens, file generation) still ran {}s after the unmount: exiting anyway",
+            BACKGROUND_WAIT.as_secs()
         );
     }
-    code
+    // The session ends once the kernel lets go of the mount: at once after an unmount, when
+    // its last open file is closed after a detach.
+    let deadline = Instant::now() + SESSION_WAIT;
+    while !session.guard.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if !session.guard.is_finished() {
+        warn!(
+            "files on the detached mount were still open {}s after the unmount: exiting without them",
+            SESSION_WAIT.as_secs()
+        );
+        // SAFETY: `_exit` ends the process at once. It skips the exit handlers on purpose:
+        // they would tear down libtiledb's static state while the session's threads still
+        // serve those files (the log has no buffer to lose).
+        unsafe { libc::_exit(0) }
+    }
+    match session.join() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("the FUSE session failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
-/// How long an ending daemon waits for member objects still being opened (an open is a
-/// round of metadata requests; a store that stopped answering fails them within libtiledb's
-/// timeouts).
-const PREFETCH_WAIT: Duration = Duration::from_secs(20);
+/// How long an ending daemon waits for the kernel to let go of a detached mount: its files
+/// still open then read as errors from then on.
+const SESSION_WAIT: Duration = Duration::from_secs(5);
+
+/// How long an ending daemon waits for its background work: member objects still being
+/// opened (a round of metadata requests each; a store that stopped answering fails them
+/// within libtiledb's timeouts) and files still being generated (stopped, they end with the
+/// batch their query reads).
+const BACKGROUND_WAIT: Duration = Duration::from_secs(20);
 
 /// Keeps freed memory for reuse rather than handing it back to the system at once, and in
 /// one place where every thread finds it.

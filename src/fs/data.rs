@@ -11,7 +11,7 @@ use crate::format::text::TextBuf;
 use crate::format::{self, mtx, TableFormat};
 use crate::soma::tenx::{Positions, TenxLayer};
 use crate::soma::{dense_values, estimated_cells, ArrayObject, BatchReader, Prefetch, BATCH_BYTES};
-use crate::sync::Recover;
+use crate::sync::{Background, Recover};
 
 use super::cache::{CacheKey, ContentCache};
 use super::node::{Table, TenxFile};
@@ -53,9 +53,11 @@ pub fn table_key(table: &Table, format: TableFormat) -> CacheKey {
     content_key([table.array()], &what)
 }
 
-/// Opens a table in a format; the flag says whether it must be read with direct I/O.
+/// Opens a table in a format; the flag says whether it must be read with direct I/O. A file
+/// streamed while it is generated is `background` work.
 pub fn open_table(
     options: &DataOptions,
+    background: &Arc<Background>,
     table: &Table,
     format: TableFormat,
 ) -> FsResult<(OpenFile, bool)> {
@@ -82,7 +84,10 @@ pub fn open_table(
     let schema = reader.schema();
     let mut next_batch = move || reader.next_batch().map_err(io::Error::other);
     if !whole {
-        let stream = Stream::start(cache.clone(), key, move |out| {
+        let task = background
+            .begin()
+            .ok_or_else(|| io_error(&what, "the daemon is ending"))?;
+        let stream = Stream::start(cache.clone(), key, task, move |out| {
             format::write_table(format, schema, &mut next_batch, out)
         })
         .map_err(|e| io_error(&what, e))?;

@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::soma::{dense_values, SomaObject};
-use crate::sync::Recover;
+use crate::sync::{Recover, Task};
 
 use super::cache::{CacheKey, ContentCache};
 use super::node::array_of;
@@ -82,10 +82,11 @@ pub struct Stream {
 
 impl Stream {
     /// Starts `generate` on its own thread, writing into a new entry of `cache` for `key`,
-    /// which is committed when generation succeeds.
+    /// which is committed when generation succeeds. The thread is `task`: it ends with it.
     pub fn start(
         cache: Arc<ContentCache>,
         key: CacheKey,
+        task: Task,
         generate: impl FnOnce(&mut (dyn Write + Send)) -> io::Result<()> + Send + 'static,
     ) -> io::Result<Arc<Stream>> {
         let (pending, file) = cache.begin(&key)?;
@@ -117,6 +118,7 @@ impl Stream {
                 // A failure reaches the reader as EIO, which logs it once.
                 producer.lock().finished = Some(result.map_err(|e| e.to_string()));
                 producer.changed.notify_all();
+                drop(task);
             })?;
         Ok(stream)
     }

@@ -8,19 +8,21 @@
 //! the mount; the tree is as big as the part of the store that was looked at.
 //!
 //! A look into a group is usually followed by looks into its members, so a group's listing
-//! starts opening its member objects, several at a time, on threads of their own
-//! ([`Prefetching`]): the look itself answers at once, and `ls -R` of a remote store pays
-//! its round trips in parallel rather than one after another.
+//! starts opening its member objects, several at a time, on threads of their own: the look
+//! itself answers at once, and `ls -R` of a remote store pays its round trips in parallel
+//! rather than one after another. Those threads, and those generating files while they are
+//! read, are background work ([`Background`]) that the daemon stops and waits for before it
+//! exits ([`Tree::stop_background_work`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use log::warn;
 
 use crate::soma::Store;
-use crate::sync::Recover;
+use crate::sync::{Background, Recover};
 
 use super::data::{io_error, open_png, open_table, open_tenx, table_key, tenx_key, DataOptions};
 use super::node::{self, array_of, FileKind, NodeKind};
@@ -98,56 +100,11 @@ pub struct Opened {
     pub cache_file: Option<std::fs::File>,
 }
 
-/// Member objects being opened ahead of looks into them, on threads of their own. The
-/// daemon stops this and waits for it before it exits ([`Tree::stop_prefetching`]): no
-/// thread may still be inside libtiledb when its static state is torn down.
-#[derive(Default)]
-struct Prefetching {
-    /// How many prefetches run, and whether new ones are refused.
-    state: Mutex<(usize, bool)>,
-    ended: Condvar,
-}
-
-impl Prefetching {
-    /// Counts a new prefetch in, unless prefetching has stopped.
-    fn begin(&self) -> bool {
-        let mut state = self.state.lock().recover();
-        if state.1 {
-            return false;
-        }
-        state.0 += 1;
-        true
-    }
-
-    fn end(&self) {
-        let mut state = self.state.lock().recover();
-        state.0 -= 1;
-        if state.0 == 0 {
-            self.ended.notify_all();
-        }
-    }
-
-    fn stopped(&self) -> bool {
-        self.state.lock().recover().1
-    }
-
-    /// See [`Tree::stop_prefetching`].
-    fn stop_and_wait(&self, limit: Duration) -> bool {
-        let mut state = self.state.lock().recover();
-        state.1 = true;
-        let (state, _) = self
-            .ended
-            .wait_timeout_while(state, limit, |s| s.0 > 0)
-            .recover();
-        state.0 == 0
-    }
-}
-
 /// The mounted tree.
 pub struct Tree {
     /// The tree itself, for the threads that open members ahead.
     me: Weak<Tree>,
-    prefetching: Prefetching,
+    background: Arc<Background>,
     store: Store,
     data: DataOptions,
     nodes: RwLock<Vec<Arc<Node>>>,
@@ -165,7 +122,7 @@ impl Tree {
         });
         Arc::new_cyclic(|me| Tree {
             me: me.clone(),
-            prefetching: Prefetching::default(),
+            background: Arc::default(),
             store,
             data,
             // Inode numbers start at 1 (`ROOT`): slot 0 is never handed out.
@@ -175,11 +132,16 @@ impl Tree {
         })
     }
 
-    /// Refuses new prefetches, lets running ones skip the members they have not started, and
-    /// waits up to `limit` for them to end: false if some still run. The daemon calls it
-    /// before it exits.
-    pub fn stop_prefetching(&self, limit: Duration) -> bool {
-        self.prefetching.stop_and_wait(limit)
+    /// Ends the background work: refuses new work, lets member opens under way skip the
+    /// members they have not started, stops every file still being generated (its readers
+    /// are gone with the mount), and waits up to `limit` for all of it to end: false if some
+    /// still runs. The daemon calls it before it exits.
+    pub fn stop_background_work(&self, limit: Duration) -> bool {
+        self.background.stop();
+        for open_file in self.open_files.lock().recover().values() {
+            open_file.close();
+        }
+        self.background.wait(limit)
     }
 
     fn node(&self, ino: Ino) -> FsResult<Arc<Node>> {
@@ -279,7 +241,9 @@ impl Tree {
             return Err(FsError::IsADirectory);
         };
         let (open_file, direct_io) = match file {
-            FileKind::Table(table, format) => open_table(&self.data, table, *format)?,
+            FileKind::Table(table, format) => {
+                open_table(&self.data, &self.background, table, *format)?
+            }
             FileKind::Png(level, axes) => (open_png(&self.data, array_of(level), axes)?, false),
             FileKind::Tenx(layer, file) => (open_tenx(&self.data, layer, *file)?, false),
             FileKind::Npy(object) => {
@@ -417,29 +381,26 @@ impl Tree {
         let Some(tree) = self.me.upgrade() else {
             return;
         };
-        if !self.prefetching.begin() {
+        let Some(task) = self.background.begin() else {
             return;
-        }
-        let started = std::thread::Builder::new()
+        };
+        // No thread: the members are opened when they are looked at.
+        let _ = std::thread::Builder::new()
             .name("soma-prefetch".into())
             .spawn(move || {
                 tree.open_members(&members);
-                tree.prefetching.end();
+                drop(task);
             });
-        if started.is_err() {
-            // No thread: the members are opened when they are looked at.
-            self.prefetching.end();
-        }
     }
 
-    /// Lists `members`, several at a time, until they are done or prefetching stops.
+    /// Lists `members`, several at a time, until they are done or background work stops.
     fn open_members(&self, members: &[Arc<Node>]) {
         const AT_ONCE: usize = 8;
         let next = AtomicU64::new(0);
         let open_next = || loop {
             let i = next.fetch_add(1, Ordering::Relaxed) as usize;
             let Some(member) = members.get(i) else { break };
-            if self.prefetching.stopped() {
+            if self.background.stopped() {
                 break;
             }
             // Errors show in the member's own listing (error.txt) when it is looked at.

@@ -499,17 +499,19 @@ fn counting_sort(places: &[usize], buckets: usize) -> Vec<u32> {
 }
 
 /// A reader running on its own thread, one batch ahead of its consumer: reading and
-/// encoding overlap. Dropping it stops the reader at its next batch.
+/// encoding overlap. Dropping it stops the reader at its next batch and waits for that (a
+/// query under way finishes its batch first): whoever drops it knows the read is over.
 pub struct Prefetch {
     batches: mpsc::Receiver<tiledb::Result<RecordBatch>>,
     schema: SchemaRef,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Prefetch {
     pub fn start(mut reader: BatchReader) -> std::io::Result<Prefetch> {
         let schema = reader.schema();
         let (tx, rx) = mpsc::sync_channel(1);
-        std::thread::Builder::new()
+        let reader = std::thread::Builder::new()
             .name("soma-read".into())
             .spawn(move || loop {
                 let next = match reader.next_batch() {
@@ -525,6 +527,7 @@ impl Prefetch {
         Ok(Prefetch {
             batches: rx,
             schema,
+            reader: Some(reader),
         })
     }
 
@@ -535,6 +538,18 @@ impl Prefetch {
     /// The next batch, `None` at the end.
     pub fn next_batch(&mut self) -> tiledb::Result<Option<RecordBatch>> {
         self.batches.recv().ok().transpose()
+    }
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        // The receiving end goes first: a reader waiting to hand over a batch, or done with
+        // the one it reads, finds no one to take it and returns.
+        let (_, nobody) = mpsc::sync_channel(0);
+        drop(std::mem::replace(&mut self.batches, nobody));
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
     }
 }
 

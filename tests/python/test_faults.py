@@ -277,7 +277,8 @@ def test_readers_killed_mid_file_free_their_work(fixtures_dir, mount):
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "umount"])
 def test_unmount_during_active_reads(how, fixtures_dir, mount):
     """SIGTERM, SIGINT and umount while readers are in the middle of files: the daemon
-    ends, no mount is left, and the readers get an error or EOF, never a hang."""
+    stops the files' generation, waits for it and ends with status 0; no mount is left, and
+    the readers get an error or EOF, never a hang."""
     with mount(fixtures_dir / "big", "--materialize-limit", "0") as mp:
         path = Path(mp) / "X" / "data.csv"
         readers = [
@@ -293,9 +294,11 @@ def test_unmount_during_active_reads(how, fixtures_dir, mount):
         else:
             mp.proc.send_signal(getattr(signal, how))
         try:
-            mp.proc.wait(30)
+            rc = mp.proc.wait(30)
         except subprocess.TimeoutExpired:
             pytest.fail(f"the daemon still runs 30 s after {how} during reads")
+        assert rc == 0, f"the daemon ended with status {rc} after {how} during reads"
+        assert b"still ran" not in mp.log.read_bytes(), "the daemon gave up waiting for its work"
         for r in readers:
             try:
                 r.wait(30)
