@@ -434,7 +434,10 @@ fn run(cli: Cli) -> ExitCode {
     };
     if signalled {
         info!("signal received: unmounting {}", cli.mountpoint.display());
-        unmount(&cli.mountpoint);
+        // (Unless it went meanwhile: the directory may hold another mount by now.)
+        if !session.guard.is_finished() {
+            unmount(&cli.mountpoint);
+        }
     } else {
         info!("{} was unmounted", cli.mountpoint.display());
     }
@@ -464,6 +467,10 @@ fn run(cli: Cli) -> ExitCode {
     }
     match session.join() {
         Ok(()) => ExitCode::SUCCESS,
+        // After an unmount the session's last read of the FUSE device fails: with ENODEV,
+        // which fuser takes as the end, or, when it meets the kernel tearing down a detached
+        // mount, with ECONNABORTED. Both are the end of an unmounted session.
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => ExitCode::SUCCESS,
         Err(e) => {
             error!("the FUSE session failed: {e}");
             ExitCode::FAILURE
