@@ -281,32 +281,26 @@ fn detach_from_parent() {
 
 /// Unmounts `dir`; a busy mount (files open on it) is detached instead.
 fn unmount(dir: &Path) {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return;
-    };
-    // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
-    if unsafe { libc::umount2(path.as_ptr(), 0) } != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = umount2(dir, 0) {
         warn!("unmount failed ({e}); detaching the mount instead");
         lazy_unmount(dir);
     }
 }
 
-/// Detaches the mount when a normal unmount fails (busy): it goes once the last user leaves.
+/// Detaches the mount on `dir`: it goes once the last user leaves.
 fn lazy_unmount(dir: &Path) {
+    if let Err(e) = umount2(dir, libc::MNT_DETACH) {
+        warn!("cannot unmount {}: {e}", dir.display());
+    }
+}
+
+fn umount2(dir: &Path, flags: libc::c_int) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return;
-    };
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
     // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
-    let rc = unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
-    if rc != 0 {
-        warn!(
-            "cannot unmount {}: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        );
+    match unsafe { libc::umount2(path.as_ptr(), flags) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
     }
 }
 
