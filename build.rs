@@ -42,7 +42,6 @@ fn main() {
     println!("cargo:rerun-if-env-changed=TILEDB_LIB");
     println!("cargo:rerun-if-changed=build.rs");
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets this"));
-    println!("cargo:rerun-if-changed={}", root.join(".venv").display());
 
     let found = match env::var_os("TILEDB_LIB") {
         Some(path) => {
@@ -71,5 +70,8 @@ fn main() {
     println!("cargo:rustc-link-search=native={}", dir.display());
     println!("cargo:rustc-link-lib=dylib:+verbatim={name}");
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
-    println!("cargo:rerun-if-changed={}", lib.display());
+    // The directory, not all of .venv: cargo scans a directory named here whole, and pip
+    // installing other packages into .venv (scripts/setup does, while this builds) must not
+    // make the next build link again. A reinstalled wheel makes a new directory.
+    println!("cargo:rerun-if-changed={}", dir.display());
 }
