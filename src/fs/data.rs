@@ -99,6 +99,10 @@ pub fn open_table(
     open_whole(cache, &key, &what, generate).map(|file| (file, false))
 }
 
+/// Small writes to a cache file are gathered up to this size; larger ones (the text encoders'
+/// pieces, a quarter of a MiB) go to the file as they are, without a copy.
+const WRITE_BUFFER_BYTES: usize = 64 << 10;
+
 /// Opens the cache entry for `key`, generating it whole first if there is none (once, even
 /// when several open it at the same time).
 fn open_whole(
@@ -112,7 +116,7 @@ fn open_whole(
     if cache.size(key).is_none() {
         let started = std::time::Instant::now();
         let (pending, file) = cache.begin(key).map_err(|e| io_error(what, e))?;
-        let mut out = io::BufWriter::with_capacity(1 << 20, &file);
+        let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, &file);
         generate(&mut out).map_err(|e| io_error(what, e))?;
         io::Write::flush(&mut out).map_err(|e| io_error(what, e))?;
         drop(out);
@@ -190,7 +194,7 @@ pub fn open_tenx(options: &DataOptions, layer: &TenxLayer, file: TenxFile) -> Fs
                 // The entries go to a scratch file first: the header counts them.
                 let scratch_key = CacheKey::new(["matrix entries", &what]);
                 let (_scratch, body) = cache.begin(&scratch_key)?;
-                let mut body_out = io::BufWriter::with_capacity(1 << 20, &body);
+                let mut body_out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, &body);
                 let mut entries = 0u64;
                 let mut buf = TextBuf::default();
                 layer
