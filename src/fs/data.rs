@@ -100,7 +100,7 @@ pub fn open_table(
 }
 
 /// Small writes to a cache file are gathered up to this size; larger ones (the text encoders'
-/// pieces, a quarter of a MiB) go to the file as they are, without a copy.
+/// pieces, about a quarter of a MiB each) go to the file as they are, without a copy.
 const WRITE_BUFFER_BYTES: usize = 64 << 10;
 
 /// Opens the cache entry for `key`, generating it whole first if there is none (once, even
