@@ -313,17 +313,21 @@ fn run(cli: Cli) -> ExitCode {
         }
     }
     let uri = absolute_uri(&cli.uri);
-    let store = match Store::new(&cli.config, cli.timestamp) {
+    let metadata_ttl = Duration::from_secs_f64(cli.metadata_ttl);
+    let store = match Store::new(&cli.config, cli.timestamp, metadata_ttl) {
         Ok(store) => store,
         Err(e) => {
             eprintln!("soma-mount: bad libtiledb configuration: {e}");
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = store.open(&uri) {
-        eprintln!("soma-mount: cannot open {uri}: {e}");
-        return ExitCode::FAILURE;
-    }
+    let root = match store.open(&uri, None) {
+        Ok(root) => root,
+        Err(e) => {
+            eprintln!("soma-mount: cannot open {uri}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     if is_mounted(&cli.mountpoint) {
         // After a SIGKILL the kernel keeps a dead FUSE mount: every access says "transport
         // endpoint is not connected". Such a mount is detached and mounted over; a live one
@@ -397,9 +401,9 @@ fn run(cli: Cli) -> ExitCode {
         materialize_limit: cli.materialize_limit,
         exact_sizes: cli.exact_sizes,
         chunk_cells: cli.chunk_cells.max(1),
-        metadata_ttl: Duration::from_secs_f64(cli.metadata_ttl),
+        metadata_ttl,
     };
-    let tree = Tree::new(store, &uri, data);
+    let tree = Tree::new(store, root, data);
     let fs = SomaFs::new(tree.clone());
     let session = match fuser::Session::new(fs, &cli.mountpoint, &config).and_then(|s| s.spawn()) {
         Ok(session) => session,
@@ -416,6 +420,7 @@ fn run(cli: Cli) -> ExitCode {
         detach_from_parent();
     }
     warm_heap();
+    tree.open_root_members();
 
     let signalled = loop {
         if stop.load(Ordering::Relaxed) {

@@ -12,7 +12,7 @@ use arrow_schema::DataType;
 
 use crate::soma::tenx::TenxLayer;
 use crate::soma::{self, spatial, ArrayObject, Selection, SomaObject, SomaType, Store};
-use crate::tiledb::{Datatype, Value};
+use crate::tiledb::{Datatype, ObjectType, Value};
 
 use super::names::file_name;
 use super::slice_name::{self, ColumnKind, SliceName, SliceRange};
@@ -83,6 +83,8 @@ pub enum NodeKind {
     /// `obs` is the enclosing experiment's obs, for the measurements under its `ms`.
     Object {
         uri: String,
+        /// What the group listing it records it as (`None`: the root, which is looked at).
+        recorded: Option<ObjectType>,
         obs: Option<Arc<str>>,
         /// The URIs of the enclosing object directories, to stop at cycles.
         ancestors: Arc<[String]>,
@@ -128,24 +130,32 @@ pub const NULL_LABEL: &str = "__null__";
 pub fn object_entries(
     store: &Store,
     uri: &str,
+    recorded: Option<ObjectType>,
     obs: Option<&Arc<str>>,
     ancestors: &[String],
 ) -> Result<(String, Entries), Entries> {
-    match store.open(uri) {
-        Ok(object) => {
-            let object = Arc::new(object);
-            let mut ancestors = ancestors.to_vec();
-            ancestors.push(same_object(uri));
-            Ok((
-                object.fingerprint(),
-                object_files(store, object, obs, ancestors.into()),
-            ))
-        }
+    match store.open(uri, recorded) {
+        Ok(object) => Ok(opened_object_entries(store, object, obs, ancestors)),
         Err(e) => {
             warn!("cannot open {uri}: {e}");
             Err(error_entries(&format!("cannot open {uri}: {e}")))
         }
     }
+}
+
+/// The listing of the directory of an object already opened, with its fingerprint.
+pub fn opened_object_entries(
+    store: &Store,
+    object: Arc<SomaObject>,
+    obs: Option<&Arc<str>>,
+    ancestors: &[String],
+) -> (String, Entries) {
+    let mut ancestors = ancestors.to_vec();
+    ancestors.push(same_object(object.uri()));
+    (
+        object.fingerprint(),
+        object_files(store, object, obs, ancestors.into()),
+    )
 }
 
 /// The listing of a directory that only says what is wrong.
@@ -198,6 +208,7 @@ fn object_files(
                 let ancestors = ancestors.clone();
                 NodeKind::Object {
                     uri,
+                    recorded: Some(member.object_type),
                     obs,
                     ancestors,
                 }
@@ -268,17 +279,19 @@ fn spatial_entries(store: &Store, object: &Arc<SomaObject>) -> Entries {
         let Some(member) = group.members.iter().find(|m| m.name == level.name) else {
             continue;
         };
-        match store.open(&member.uri) {
-            Ok(SomaObject::Array(level)) if png_layout(&level, &axes).is_none() => {
-                warn!("{}: image level {} cannot be drawn", group.uri, member.name)
-            }
-            Ok(level) if matches!(level, SomaObject::Array(_)) => {
-                named.push((
+        match store.open(&member.uri, Some(member.object_type)) {
+            Ok(level) => match level.as_ref() {
+                SomaObject::Array(array) if png_layout(array, &axes).is_none() => {
+                    warn!("{}: image level {} cannot be drawn", group.uri, member.name)
+                }
+                SomaObject::Array(_) => named.push((
                     format!("level_{n}.png"),
-                    NodeKind::File(FileKind::Png(Arc::new(level), axes.clone())),
-                ));
-            }
-            Ok(_) => warn!("{}: image level {} is not an array", group.uri, member.name),
+                    NodeKind::File(FileKind::Png(level, axes.clone())),
+                )),
+                SomaObject::Group(_) => {
+                    warn!("{}: image level {} is not an array", group.uri, member.name)
+                }
+            },
             Err(e) => warn!(
                 "{}: cannot open image level {}: {e}",
                 group.uri, member.name
@@ -437,9 +450,11 @@ pub fn tenx_entries(store: &Store, measurement: &SomaObject, obs: &str) -> Entri
         return Vec::new();
     };
     let member = |name: &str| group.members.iter().find(|m| m.name == name);
-    let open_array = |uri: &str| match store.open(uri) {
-        Ok(SomaObject::Array(array)) => Some(Arc::new(array)),
-        Ok(_) => None,
+    let open_array = |uri: &str| match store.open(uri, Some(ObjectType::Array)) {
+        Ok(object) => match object.as_ref() {
+            SomaObject::Array(array) => Some(array.clone()),
+            SomaObject::Group(_) => None,
+        },
         Err(e) => {
             warn!("10x: cannot open {uri}: {e}");
             None
@@ -451,8 +466,8 @@ pub fn tenx_entries(store: &Store, measurement: &SomaObject, obs: &str) -> Entri
     let (Some(obs), Some(var)) = (open_array(obs), open_array(&var.uri)) else {
         return Vec::new();
     };
-    let layers = match store.open(&x.uri) {
-        Ok(SomaObject::Group(x)) => x.members,
+    let layers = match store.open(&x.uri, Some(x.object_type)).as_deref() {
+        Ok(SomaObject::Group(x)) => x.members.clone(),
         _ => return Vec::new(),
     };
     layers

@@ -1,7 +1,10 @@
 //! Opening a URI as a SOMA object: its type, metadata and members or schema.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::sync::Recover;
 
 use crate::tiledb::{
     self, Array, Config, Context, EnumerationInfo, Fragment, FragmentInfo, Group, Member, Metadata,
@@ -165,7 +168,7 @@ impl ArrayObject {
 #[derive(Debug)]
 pub enum SomaObject {
     Group(GroupObject),
-    Array(ArrayObject),
+    Array(Arc<ArrayObject>),
 }
 
 impl SomaObject {
@@ -193,10 +196,16 @@ impl SomaObject {
     }
 }
 
-/// Opens objects of one store: the libtiledb context and the mount's timestamp.
+/// Opens objects of one store: the libtiledb context, the mount's timestamp, and the
+/// objects opened lately.
 pub struct Store {
     ctx: Context,
     timestamp_ms: Option<u64>,
+    /// Objects opened less than `reuse_for` ago, by URI: opening one again meanwhile gives
+    /// the same snapshot without a round of requests (`10x/` opens obs, var and X, which the
+    /// listings around it have just opened).
+    recent: Mutex<HashMap<String, (Instant, Arc<SomaObject>)>>,
+    reuse_for: Duration,
 }
 
 /// The libtiledb settings soma-mount always uses: var-sized buffers come out as Arrow large
@@ -218,8 +227,13 @@ const BASE_CONFIG: [(&str, &str); 5] = [
 ];
 
 impl Store {
-    /// A store with the user's libtiledb settings on top of soma-mount's own.
-    pub fn new(settings: &[(String, String)], timestamp_ms: Option<u64>) -> tiledb::Result<Self> {
+    /// A store with the user's libtiledb settings on top of soma-mount's own. An object
+    /// opened again within `reuse_for` (the metadata TTL) is the snapshot opened first.
+    pub fn new(
+        settings: &[(String, String)],
+        timestamp_ms: Option<u64>,
+        reuse_for: Duration,
+    ) -> tiledb::Result<Self> {
         let mut config = Config::new()?;
         for (key, value) in BASE_CONFIG {
             config.set(key, value)?;
@@ -230,6 +244,8 @@ impl Store {
         Ok(Store {
             ctx: Context::new(&config)?,
             timestamp_ms,
+            recent: Mutex::default(),
+            reuse_for,
         })
     }
 
@@ -237,17 +253,34 @@ impl Store {
         &self.ctx
     }
 
-    /// Opens the object at `uri`, reading its metadata and structure.
-    pub fn open(&self, uri: &str) -> tiledb::Result<SomaObject> {
-        let started = std::time::Instant::now();
-        let object = match tiledb::object_type(&self.ctx, uri)? {
+    /// Opens the object at `uri`, reading its metadata and structure. `recorded` is what
+    /// the group holding it records it as, when it is a member: it is opened as that, as
+    /// tiledbsoma opens members. Otherwise libtiledb is asked what `uri` holds first, which
+    /// on object storage costs up to three round trips more. An object opened less than the
+    /// metadata TTL ago is not opened again: it is that snapshot.
+    pub fn open(&self, uri: &str, recorded: Option<ObjectType>) -> tiledb::Result<Arc<SomaObject>> {
+        let started = Instant::now();
+        if let Some((opened, object)) = self.recent.lock().recover().get(uri) {
+            if opened.elapsed() < self.reuse_for {
+                return Ok(object.clone());
+            }
+        }
+        let object_type = match recorded {
+            Some(known @ (ObjectType::Group | ObjectType::Array)) => known,
+            _ => tiledb::object_type(&self.ctx, uri)?,
+        };
+        let object = match object_type {
             ObjectType::Group => self.open_group(uri).map(SomaObject::Group),
-            ObjectType::Array => self.open_array(uri).map(SomaObject::Array),
+            ObjectType::Array => self.open_array(uri).map(|a| SomaObject::Array(Arc::new(a))),
             ObjectType::Invalid => Err(tiledb::Error::new(format!(
                 "no TileDB group or array at {uri}"
             ))),
         }?;
         log::debug!("opened {uri} in {:?}", started.elapsed());
+        let object = Arc::new(object);
+        let mut recent = self.recent.lock().recover();
+        recent.retain(|_, (opened, _)| opened.elapsed() < self.reuse_for);
+        recent.insert(uri.to_owned(), (Instant::now(), object.clone()));
         Ok(object)
     }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -135,13 +136,20 @@ class S3Server:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def request_count(self) -> int:
-        """How many HTTP requests the server has logged (its access log)."""
+    def requests(self) -> list[str]:
+        """The HTTP requests the server has logged (its access log), in order, each as
+        its method and target ("GET /bucket?list-type=2&prefix=...")."""
         try:
             text = self.log.read_text(errors="replace")
         except OSError:
-            return 0
-        return sum(1 for line in text.splitlines() if '" ' in line and ' HTTP/1.' in line)
+            return []
+        # moto (werkzeug) colours some lines with terminal escapes inside the quotes.
+        color = r"(?:\x1b\[[0-9;]*m)*"
+        return re.findall(rf'"{color}([A-Z]+ \S+) HTTP/1\.[01]{color}"', text)
+
+    def request_count(self) -> int:
+        """How many HTTP requests the server has logged."""
+        return len(self.requests())
 
     def log_tail(self, limit: int = 6000) -> str:
         try:
