@@ -83,7 +83,7 @@ pub enum NodeKind {
     /// `obs` is the enclosing experiment's obs, for the measurements under its `ms`.
     Object {
         uri: String,
-        /// What the group listing it records it as (`None`: the root, which is looked at).
+        /// What the group that lists it records it as (`None`: the root, which is probed).
         recorded: Option<ObjectType>,
         obs: Option<Arc<str>>,
         /// The URIs of the enclosing object directories, to stop at cycles.
