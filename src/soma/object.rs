@@ -295,6 +295,11 @@ impl Store {
     }
 
     fn open_array(&self, uri: &str) -> tiledb::Result<ArrayObject> {
+        // The fragment list, which keys the cache, is loaded before the array is opened: a
+        // fragment committed between the two is then read but not in the key, and the next
+        // snapshot, which has it, has a new key. The other way round, it would be in the key
+        // but not read, and every later snapshot would be served those stale bytes.
+        let fragment_info = FragmentInfo::load(&self.ctx, uri)?;
         let array = Array::open(&self.ctx, uri, self.timestamp_ms)?;
         let metadata = array.metadata()?;
         let soma_type = SomaType::recognise(ObjectType::Array, &metadata);
@@ -316,7 +321,8 @@ impl Store {
         // Reads go through this open (schema evolutions and fragments alike): fragments
         // written since it are not part of the snapshot.
         let opened_at_ms = array.open_timestamp_end()?;
-        let fragments: Vec<Fragment> = FragmentInfo::load(&self.ctx, uri, info.dimensions.first())?
+        let fragments: Vec<Fragment> = fragment_info
+            .fragments(info.dimensions.first())?
             .into_iter()
             .filter(|f| f.timestamp_range.1 <= opened_at_ms)
             .collect();

@@ -552,39 +552,41 @@ impl Enumeration {
 }
 
 impl FragmentInfo {
-    /// Loads the fragment list of the array at `uri`; `first_dimension` is the array's first
-    /// dimension, whose range each fragment covers is read when it is fixed-size.
-    pub fn load(
-        ctx: &Context,
-        uri: &str,
-        first_dimension: Option<&DimensionInfo>,
-    ) -> Result<Vec<Fragment>> {
+    /// Loads the fragment list of the array at `uri`: the fragments committed now.
+    pub fn load(ctx: &Context, uri: &str) -> Result<FragmentInfo> {
         let c_uri = c_string(uri)?;
         let mut raw = ptr::null_mut();
         tiledb_call!(ctx, tiledb_fragment_info_alloc(c_uri.as_ptr(), &mut raw))?;
         let info = FragmentInfo::from_raw(ctx, raw)?;
         tiledb_call!(ctx, tiledb_fragment_info_load(info.raw))?;
+        Ok(info)
+    }
+
+    /// The fragments loaded; `first_dimension` is the array's first dimension, whose range
+    /// each fragment covers is read when it is fixed-size.
+    pub fn fragments(&self, first_dimension: Option<&DimensionInfo>) -> Result<Vec<Fragment>> {
+        let ctx = &self.ctx;
         let mut num = 0u32;
         tiledb_call!(
             ctx,
-            tiledb_fragment_info_get_fragment_num(info.raw, &mut num)
+            tiledb_fragment_info_get_fragment_num(self.raw, &mut num)
         )?;
         (0..num)
             .map(|fid| {
                 let mut uri = ptr::null();
                 tiledb_call!(
                     ctx,
-                    tiledb_fragment_info_get_fragment_uri(info.raw, fid, &mut uri)
+                    tiledb_fragment_info_get_fragment_uri(self.raw, fid, &mut uri)
                 )?;
                 let mut cell_num = 0u64;
                 tiledb_call!(
                     ctx,
-                    tiledb_fragment_info_get_cell_num(info.raw, fid, &mut cell_num)
+                    tiledb_fragment_info_get_cell_num(self.raw, fid, &mut cell_num)
                 )?;
                 let (mut start, mut end) = (0u64, 0u64);
                 tiledb_call!(
                     ctx,
-                    tiledb_fragment_info_get_timestamp_range(info.raw, fid, &mut start, &mut end)
+                    tiledb_fragment_info_get_timestamp_range(self.raw, fid, &mut start, &mut end)
                 )?;
                 let first_dimension = match first_dimension {
                     Some(dim) if dim.cell_val_num != VAR_NUM => {
@@ -592,7 +594,7 @@ impl FragmentInfo {
                         tiledb_call!(
                             ctx,
                             tiledb_fragment_info_get_non_empty_domain_from_index(
-                                info.raw,
+                                self.raw,
                                 fid,
                                 0,
                                 buf.as_mut_ptr() as *mut c_void
