@@ -321,13 +321,12 @@ fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let root = match store.open(&uri, None) {
-        Ok(root) => root,
-        Err(e) => {
-            eprintln!("soma-mount: cannot open {uri}: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    // The store keeps what it opened for the metadata TTL: the first look into the root
+    // within it does not open the root again.
+    if let Err(e) = store.open(&uri, None) {
+        eprintln!("soma-mount: cannot open {uri}: {e}");
+        return ExitCode::FAILURE;
+    }
     if is_mounted(&cli.mountpoint) {
         // After a SIGKILL the kernel keeps a dead FUSE mount: every access says "transport
         // endpoint is not connected". Such a mount is detached and mounted over; a live one
@@ -403,7 +402,7 @@ fn run(cli: Cli) -> ExitCode {
         chunk_cells: cli.chunk_cells.max(1),
         metadata_ttl,
     };
-    let tree = Tree::new(store, root, data);
+    let tree = Tree::new(store, &uri, data);
     let fs = SomaFs::new(tree.clone());
     let session = match fuser::Session::new(fs, &cli.mountpoint, &config).and_then(|s| s.spawn()) {
         Ok(session) => session,
@@ -420,7 +419,6 @@ fn run(cli: Cli) -> ExitCode {
         detach_from_parent();
     }
     warm_heap();
-    tree.open_root_members();
 
     let signalled = loop {
         if stop.load(Ordering::Relaxed) {

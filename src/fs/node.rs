@@ -135,27 +135,19 @@ pub fn object_entries(
     ancestors: &[String],
 ) -> Result<(String, Entries), Entries> {
     match store.open(uri, recorded) {
-        Ok(object) => Ok(opened_object_entries(store, object, obs, ancestors)),
+        Ok(object) => {
+            let mut ancestors = ancestors.to_vec();
+            ancestors.push(same_object(uri));
+            Ok((
+                object.fingerprint(),
+                object_files(store, object, obs, ancestors.into()),
+            ))
+        }
         Err(e) => {
             warn!("cannot open {uri}: {e}");
             Err(error_entries(&format!("cannot open {uri}: {e}")))
         }
     }
-}
-
-/// The listing of the directory of an object already opened, with its fingerprint.
-pub fn opened_object_entries(
-    store: &Store,
-    object: Arc<SomaObject>,
-    obs: Option<&Arc<str>>,
-    ancestors: &[String],
-) -> (String, Entries) {
-    let mut ancestors = ancestors.to_vec();
-    ancestors.push(same_object(object.uri()));
-    (
-        object.fingerprint(),
-        object_files(store, object, obs, ancestors.into()),
-    )
 }
 
 /// The listing of a directory that only says what is wrong.

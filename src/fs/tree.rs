@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use log::warn;
 
-use crate::soma::{SomaObject, Store};
+use crate::soma::Store;
 use crate::sync::{Background, Recover};
 
 use super::data::{io_error, open_png, open_table, open_tenx, table_key, tenx_key, DataOptions};
@@ -113,41 +113,24 @@ pub struct Tree {
 }
 
 impl Tree {
-    /// A tree whose root is `root`, just opened (the command line opens it to check the
-    /// URI): it makes the root's first listing.
-    pub fn new(store: Store, root: Arc<SomaObject>, data: DataOptions) -> Arc<Tree> {
-        let root_node = Node::new(NodeKind::Object {
-            uri: root.uri().to_owned(),
+    /// A tree whose root is the object at `root_uri`.
+    pub fn new(store: Store, root_uri: &str, data: DataOptions) -> Arc<Tree> {
+        let root = Node::new(NodeKind::Object {
+            uri: root_uri.to_owned(),
             recorded: None,
             obs: None,
             ancestors: Arc::new([]),
         });
-        let tree = Arc::new_cyclic(|me| Tree {
+        Arc::new_cyclic(|me| Tree {
             me: me.clone(),
             background: Arc::default(),
             store,
             data,
             // Inode numbers start at 1 (`ROOT`): slot 0 is never handed out.
-            nodes: RwLock::new(vec![root_node.clone(), root_node.clone()]),
+            nodes: RwLock::new(vec![root.clone(), root]),
             open_files: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-        });
-        let (fingerprint, named) = node::opened_object_entries(&tree.store, root, None, &[]);
-        let listing = Arc::new(tree.add_entries(named, Some(fingerprint)));
-        *root_node.listing.write().recover() = Some(listing);
-        tree
-    }
-
-    /// Starts opening the root's members, as a first look into the root would have (see
-    /// [`Self::open_members_ahead`]); the daemon calls it once it is mounted.
-    pub fn open_root_members(&self) {
-        let listing = self
-            .node(ROOT)
-            .ok()
-            .and_then(|root| root.listing.read().recover().clone());
-        if let Some(listing) = listing {
-            self.open_members_ahead(&listing);
-        }
+        })
     }
 
     /// Ends the background work: refuses new work, lets member opens under way skip the
