@@ -1,9 +1,12 @@
-//! Locks that outlive a panic, and the background work the daemon waits for before it exits.
+//! Locks that outlive a panic, locks taken per key, and the background work the daemon waits
+//! for before it exits.
 //!
 //! A thread that panics while holding a lock poisons it; every lock in soma-mount guards data
 //! that each use leaves consistent (one insert, one swap, one read), so a poisoned lock's
 //! data is taken as it is rather than failing every FUSE request after it.
 
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::{Arc, Condvar, LockResult, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -16,6 +19,31 @@ pub trait Recover<Guard> {
 impl<Guard> Recover<Guard> for LockResult<Guard> {
     fn recover(self) -> Guard {
         self.unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One lock per key, made when first asked for and forgotten when no one holds it: work on
+/// one key (generating a cache entry, opening a URI) runs once at a time, while other keys
+/// go on. The second caller waits for the first, then finds its result.
+pub struct KeyedLocks<Key> {
+    locks: Mutex<HashMap<Key, Arc<Mutex<()>>>>,
+}
+
+impl<Key: Eq + Hash> KeyedLocks<Key> {
+    /// The lock of `key`: lock it for the time of the work.
+    pub fn of(&self, key: Key) -> Arc<Mutex<()>> {
+        let mut locks = self.locks.lock().recover();
+        // Only the map holds a lock no caller has: it is no one's to wait on.
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        locks.entry(key).or_default().clone()
+    }
+}
+
+impl<Key> Default for KeyedLocks<Key> {
+    fn default() -> Self {
+        KeyedLocks {
+            locks: Mutex::new(HashMap::new()),
+        }
     }
 }
 
@@ -79,6 +107,23 @@ impl Drop for Task {
 mod tests {
     use super::*;
     use std::time::Instant;
+
+    #[test]
+    fn a_key_is_locked_once_at_a_time_and_forgotten_when_free() {
+        let locks = KeyedLocks::default();
+        let a = locks.of("a");
+        let held = a.lock().unwrap();
+        assert!(locks.of("a").try_lock().is_err(), "same key, same lock");
+        assert!(locks.of("b").try_lock().is_ok(), "another key is free");
+        drop(held);
+        drop(a);
+        let _ = locks.of("c");
+        assert_eq!(
+            locks.locks.lock().unwrap().len(),
+            1,
+            "unheld locks are dropped"
+        );
+    }
 
     #[test]
     fn stopping_waits_for_running_tasks_and_refuses_new_ones() {

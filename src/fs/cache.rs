@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use log::{debug, warn};
 
-use crate::sync::Recover;
+use crate::sync::{KeyedLocks, Recover};
 
 /// A cache key: 128 bits of a stable hash, as hex.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -38,7 +38,7 @@ pub struct ContentCache {
     entries: Mutex<HashMap<String, Entry>>,
     clock: AtomicU64,
     /// One lock per key being generated whole, so that concurrent opens generate it once.
-    generating: Mutex<HashMap<CacheKey, Arc<Mutex<()>>>>,
+    generating: KeyedLocks<CacheKey>,
 }
 
 /// Content being written; it becomes an entry on [`ContentCache::commit`], and its temporary
@@ -81,7 +81,7 @@ impl ContentCache {
             limit_bytes,
             entries: Mutex::new(entries),
             clock: AtomicU64::new(1),
-            generating: Mutex::new(HashMap::new()),
+            generating: KeyedLocks::default(),
         })
     }
 
@@ -171,9 +171,7 @@ impl ContentCache {
 
     /// The lock held while `key` is generated whole.
     pub fn generation_lock(&self, key: &CacheKey) -> Arc<Mutex<()>> {
-        let mut generating = self.generating.lock().recover();
-        generating.retain(|_, lock| Arc::strong_count(lock) > 1);
-        generating.entry(key.clone()).or_default().clone()
+        self.generating.of(key.clone())
     }
 }
 

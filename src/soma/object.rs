@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::sync::Recover;
+use crate::sync::{KeyedLocks, Recover};
 use crate::tiledb::{
     self, Array, Config, Context, EnumerationInfo, Fragment, FragmentInfo, Group, Member, Metadata,
     ObjectType,
@@ -205,6 +205,9 @@ pub struct Store {
     /// listings around it have just opened).
     recent: Mutex<HashMap<String, (Instant, Arc<SomaObject>)>>,
     reuse_for: Duration,
+    /// One lock per URI being opened: a second open of it meanwhile (a listing of `10x/`
+    /// while obs is opened ahead of a look) waits for the first and takes its snapshot.
+    opening: KeyedLocks<String>,
 }
 
 /// The libtiledb settings soma-mount always uses: var-sized buffers come out as Arrow large
@@ -245,6 +248,7 @@ impl Store {
             timestamp_ms,
             recent: Mutex::default(),
             reuse_for,
+            opening: KeyedLocks::default(),
         })
     }
 
@@ -256,14 +260,17 @@ impl Store {
     /// the group holding it records it as, when it is a member: it is opened as that, as
     /// tiledbsoma opens members. Otherwise libtiledb is asked what `uri` holds first, which
     /// on object storage costs up to three round trips more. An object opened less than the
-    /// metadata TTL ago is not opened again: it is that snapshot.
+    /// metadata TTL ago, or being opened now, is not opened again: it is that snapshot.
     pub fn open(&self, uri: &str, recorded: Option<ObjectType>) -> tiledb::Result<Arc<SomaObject>> {
-        let started = Instant::now();
-        if let Some((opened, object)) = self.recent.lock().recover().get(uri) {
-            if opened.elapsed() < self.reuse_for {
-                return Ok(object.clone());
-            }
+        if let Some(object) = self.opened_lately(uri) {
+            return Ok(object);
         }
+        let lock = self.opening.of(uri.to_owned());
+        let _opening = lock.lock().recover();
+        if let Some(object) = self.opened_lately(uri) {
+            return Ok(object);
+        }
+        let started = Instant::now();
         let object_type = match recorded {
             Some(known @ (ObjectType::Group | ObjectType::Array)) => known,
             _ => tiledb::object_type(&self.ctx, uri)?,
@@ -281,6 +288,13 @@ impl Store {
         recent.retain(|_, (opened, _)| opened.elapsed() < self.reuse_for);
         recent.insert(uri.to_owned(), (Instant::now(), object.clone()));
         Ok(object)
+    }
+
+    /// The object at `uri` if it was opened less than `reuse_for` ago.
+    fn opened_lately(&self, uri: &str) -> Option<Arc<SomaObject>> {
+        let recent = self.recent.lock().recover();
+        let (opened, object) = recent.get(uri)?;
+        (opened.elapsed() < self.reuse_for).then(|| object.clone())
     }
 
     fn open_group(&self, uri: &str) -> tiledb::Result<GroupObject> {

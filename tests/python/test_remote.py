@@ -22,9 +22,11 @@ Run: .venv/bin/python -m pytest tests/python/test_remote.py -q
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -422,6 +424,29 @@ def test_s3_members_are_opened_as_recorded_and_once(fixtures_dir, soma_mount_bin
     assert probes, "no request asked what the root holds: is the access log read right?"
     members = [r for r in probes if "prefix=pbmc/__" not in r and "/pbmc/__array_schema.tdb" not in r]
     assert not members, f"members were probed for what they hold: {members}"
+
+
+@pytest.mark.timeout(180)
+def test_s3_ls_R_opens_each_object_once(s3, soma_mount_bin):
+    """`ls -R` opens every object once, even where two looks want it at the same moment:
+    listing ms/RNA starts opening var and X in the background, and `10x/`, which ls
+    lists first, opens them too (and obs). The second open waits for the first and takes
+    its snapshot. Counted from the server's log: each group's open lists its `__group/`
+    once and each array's open lists its `__schema/` (libtiledb's own requests, as many
+    per open for every array), so every object of a kind must show the same count."""
+    cfg = config_args(s3.tiledb_config())
+    with mount_guard(f"s3://{BUCKET}/pbmc", *cfg, "--metadata-ttl", "300") as mp:
+        mark = s3.request_count()
+        subprocess.run(["ls", "-R", mp], capture_output=True, timeout=120, check=True)
+        requests = s3.requests()[mark:]
+    for kind, folder in [("group", "__group"), ("array", "__schema")]:
+        opens = collections.Counter(
+            m.group(1) for r in requests if (m := re.search(rf"prefix=(pbmc\S*?)/{folder}/", r))
+        )
+        assert len(opens) > 3, f"too few {kind}s seen opening: is the access log read right? {opens}"
+        once = min(opens.values())
+        again = {uri: n // once for uri, n in opens.items() if n != once}
+        assert not again, f"{kind}s opened more than once by ls -R (times opened): {again}"
 
 
 # --------------------------------------------------------------------------------------
