@@ -225,6 +225,13 @@ def s3(fixtures_dir):
         server.close()
 
 
+def s3_mount(server: S3Server, store: str, *extra: str, tiledb: dict | None = None, **guard):
+    """A mount (mount_guard) of s3://somabucket/<store> served by `server`, with `tiledb`'s
+    settings on top of the server's (tiledb_config); `guard` goes to mount_guard."""
+    cfg = config_args(server.tiledb_config(**(tiledb or {})))
+    return mount_guard(f"s3://{BUCKET}/{store}", *cfg, *extra, **guard)
+
+
 @pytest.fixture(scope="module")
 def s3_mounted(s3, soma_mount_bin):
     """s3_mounted(store) -> path of a module-wide mount of s3://somabucket/<store>."""
@@ -233,11 +240,7 @@ def s3_mounted(s3, soma_mount_bin):
 
     def get(store: str):
         if store not in cache:
-            cache[store] = stack.enter_context(
-                mount_guard(
-                    f"s3://{BUCKET}/{store}", *config_args(s3.tiledb_config()), label=f"s3 mount of {store}", session=True
-                )
-            )
+            cache[store] = stack.enter_context(s3_mount(s3, store, label=f"s3 mount of {store}", session=True))
         p = cache[store]
         if p.proc.poll() is not None:
             pytest.fail(f"the daemon for s3://{BUCKET}/{store} has exited ({p.proc.returncode})")
@@ -366,9 +369,8 @@ def _timed_cmd(args) -> float:
 def test_s3_latency_first_look_and_cached(s3, soma_mount_bin, capsys):
     """`ls -R` and `cat metadata.json`, first look and again within the TTL; a cached
     look makes no request to the server at all."""
-    cfg = config_args(s3.tiledb_config())
     rows = []
-    with mount_guard(f"s3://{BUCKET}/pbmc", *cfg, "--metadata-ttl", "300") as mp:
+    with s3_mount(s3, "pbmc", "--metadata-ttl", "300") as mp:
         target = os.path.join(mp, "ms", "RNA", "var", "metadata.json")
         n0 = s3.request_count()
         first = _timed_cmd(["cat", target])
@@ -376,7 +378,7 @@ def test_s3_latency_first_look_and_cached(s3, soma_mount_bin, capsys):
         cached = _timed_cmd(["cat", target])
         n2 = s3.request_count()
         rows.append(("cat ms/RNA/var/metadata.json", first, n1 - n0, cached, n2 - n1))
-    with mount_guard(f"s3://{BUCKET}/pbmc", *cfg, "--metadata-ttl", "300") as mp:
+    with s3_mount(s3, "pbmc", "--metadata-ttl", "300") as mp:
         n0 = s3.request_count()
         first = _timed_cmd(["ls", "-R", mp])
         n1 = s3.request_count()
@@ -407,8 +409,7 @@ def test_s3_members_are_opened_as_recorded_and_once(fixtures_dir, soma_mount_bin
         server.create_bucket(BUCKET)
         server.upload_tree(fixtures_dir / "pbmc", BUCKET, "pbmc")
         before = server.request_count()
-        cfg = config_args(server.tiledb_config())
-        with mount_guard(f"s3://{BUCKET}/pbmc", *cfg, "--metadata-ttl", "300") as mp:
+        with s3_mount(server, "pbmc", "--metadata-ttl", "300") as mp:
             root = Path(mp)
             for rel in ["obs", "ms", "ms/RNA", "ms/RNA/var", "ms/RNA/X", "ms/RNA/X/data"]:
                 os.listdir(root / rel)
@@ -434,8 +435,7 @@ def test_s3_ls_R_opens_each_object_once(s3, soma_mount_bin):
     its snapshot. Counted from the server's log: each group's open lists its `__group/`
     once and each array's open lists its `__schema/` (libtiledb's own requests, as many
     per open for every array), so every object of a kind must show the same count."""
-    cfg = config_args(s3.tiledb_config())
-    with mount_guard(f"s3://{BUCKET}/pbmc", *cfg, "--metadata-ttl", "300") as mp:
+    with s3_mount(s3, "pbmc", "--metadata-ttl", "300") as mp:
         mark = s3.request_count()
         subprocess.run(["ls", "-R", mp], capture_output=True, timeout=120, check=True)
         requests = s3.requests()[mark:]
@@ -464,9 +464,8 @@ def fault_server():
         server.close()
 
 
-def _fault_mount(server, uri, *extra):
-    cfg = config_args(server.tiledb_config(**FAULT_CONFIG))
-    return mount_guard(uri, *cfg, "--metadata-ttl", "1", *extra)
+def _fault_mount(server, store, *extra):
+    return s3_mount(server, store, "--metadata-ttl", "1", *extra, tiledb=FAULT_CONFIG)
 
 
 def _probe(path: Path, kind: str):
@@ -538,7 +537,7 @@ def test_daemon_ends_cleanly_while_members_are_still_opening(fault_server, fixtu
     cleanly (exit code 0, no mount left), not with a thread still inside libtiledb."""
     server = fault_server
     server.upload_tree(fixtures_dir / "pbmc", BUCKET, "pbmc")
-    with _fault_mount(server, f"s3://{BUCKET}/pbmc") as mp:
+    with _fault_mount(server, "pbmc") as mp:
         names = os.listdir(mp)
         server.pause()
         try:
@@ -570,7 +569,7 @@ def test_streaming_read_fails_with_eio_and_mount_recovers(how, fault_server, fix
     server = fault_server
     uploads = {"big": fixtures_dir / "big"}
     server.upload_tree(uploads["big"], BUCKET, "big")
-    with _fault_mount(server, f"s3://{BUCKET}/big", "--materialize-limit", "0") as mp:
+    with _fault_mount(server, "big", "--materialize-limit", "0") as mp:
         root = Path(mp)
         data = root / "X" / "data.csv"
         schema = read_json_file(root / "X" / "schema.json")
@@ -655,7 +654,7 @@ def test_uncached_paths_during_outage(how, fault_server, fixtures_dir):
     server = fault_server
     uploads = {"pbmc": fixtures_dir / "pbmc"}
     server.upload_tree(uploads["pbmc"], BUCKET, "pbmc")
-    with _fault_mount(server, f"s3://{BUCKET}/pbmc") as mp:
+    with _fault_mount(server, "pbmc") as mp:
         root = Path(mp)
         assert sorted(os.listdir(root)) == ["metadata.json", "ms", "obs"]
         stop_how(server, how)
