@@ -1,5 +1,5 @@
-//! Locks that outlive a panic, locks taken per key, and the background work the daemon waits
-//! for before it exits.
+//! Locks that outlive a panic, work done once per key at a time, and the background work the
+//! daemon waits for before it exits.
 //!
 //! A thread that panics while holding a lock poisons it; every lock in soma-mount guards data
 //! that each use leaves consistent (one insert, one swap, one read), so a poisoned lock's
@@ -22,27 +22,38 @@ impl<Guard> Recover<Guard> for LockResult<Guard> {
     }
 }
 
-/// One lock per key, made when first asked for and forgotten when no one holds it: work on
-/// one key (generating a cache entry, opening a URI) runs once at a time, while other keys
-/// go on. The second caller waits for the first, then finds its result.
-pub struct KeyedLocks<Key> {
-    locks: Mutex<HashMap<Key, Arc<Mutex<()>>>>,
+/// Work done once per key at a time: a caller that comes while the work on its key is under
+/// way waits for it and takes its outcome, success or failure, rather than doing it again
+/// (two looks that open one object, two opens that generate one file). Once no one waits,
+/// the key is forgotten, and the next caller does the work afresh.
+pub struct SingleFlight<Key, Outcome> {
+    flights: Mutex<HashMap<Key, Arc<Mutex<Option<Outcome>>>>>,
 }
 
-impl<Key: Eq + Hash> KeyedLocks<Key> {
-    /// The lock of `key`: lock it for the time of the work.
-    pub fn of(&self, key: Key) -> Arc<Mutex<()>> {
-        let mut locks = self.locks.lock().recover();
-        // Only the map holds a lock no caller has: it is no one's to wait on.
-        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-        locks.entry(key).or_default().clone()
+impl<Key: Eq + Hash, Outcome: Clone> SingleFlight<Key, Outcome> {
+    /// `work`'s outcome for `key`: this call's, or that of the call under way when it came.
+    pub fn run(&self, key: Key, work: impl FnOnce() -> Outcome) -> Outcome {
+        let flight = {
+            let mut flights = self.flights.lock().recover();
+            // Only the map holds a flight that no caller is in: it is over.
+            flights.retain(|_, flight| Arc::strong_count(flight) > 1);
+            flights.entry(key).or_default().clone()
+        };
+        // A caller whose work panicked leaves no outcome: the next does the work itself.
+        let mut outcome = flight.lock().recover();
+        if let Some(shared) = outcome.as_ref() {
+            return shared.clone();
+        }
+        let fresh = work();
+        *outcome = Some(fresh.clone());
+        fresh
     }
 }
 
-impl<Key> Default for KeyedLocks<Key> {
+impl<Key, Outcome> Default for SingleFlight<Key, Outcome> {
     fn default() -> Self {
-        KeyedLocks {
-            locks: Mutex::new(HashMap::new()),
+        SingleFlight {
+            flights: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -106,22 +117,40 @@ impl Drop for Task {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
     use std::time::Instant;
 
     #[test]
-    fn a_key_is_locked_once_at_a_time_and_forgotten_when_free() {
-        let locks = KeyedLocks::default();
-        let a = locks.of("a");
-        let held = a.lock().unwrap();
-        assert!(locks.of("a").try_lock().is_err(), "same key, same lock");
-        assert!(locks.of("b").try_lock().is_ok(), "another key is free");
-        drop(held);
-        drop(a);
-        let _ = locks.of("c");
+    fn callers_that_come_during_a_flight_share_its_outcome() {
+        let flights = Arc::new(SingleFlight::<&str, Result<u32, String>>::default());
+        let runs = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let callers: Vec<_> = (0..4)
+            .map(|_| {
+                let (flights, runs) = (flights.clone(), runs.clone());
+                std::thread::spawn(move || {
+                    flights.run("key", || {
+                        std::thread::sleep(Duration::from_millis(200));
+                        Err(format!("run {}", runs.fetch_add(1, Ordering::SeqCst)))
+                    })
+                })
+            })
+            .collect();
+        let outcomes: Vec<_> = callers.into_iter().map(|c| c.join().unwrap()).collect();
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "the work ran once");
+        assert!(
+            outcomes.iter().all(|o| o == &Err("run 0".to_owned())),
+            "{outcomes:?}"
+        );
         assert_eq!(
-            locks.locks.lock().unwrap().len(),
+            flights.run("key", || Ok(7)),
+            Ok(7),
+            "a later call works afresh"
+        );
+        assert_eq!(flights.run("other", || Ok(8)), Ok(8));
+        assert_eq!(
+            flights.flights.lock().unwrap().len(),
             1,
-            "unheld locks are dropped"
+            "finished flights are forgotten"
         );
     }
 

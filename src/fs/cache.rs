@@ -8,11 +8,13 @@ use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use log::{debug, warn};
 
-use crate::sync::{KeyedLocks, Recover};
+use crate::sync::{Recover, SingleFlight};
+
+use super::tree::FsResult;
 
 /// A cache key: 128 bits of a stable hash, as hex.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -37,8 +39,8 @@ pub struct ContentCache {
     limit_bytes: u64,
     entries: Mutex<HashMap<String, Entry>>,
     clock: AtomicU64,
-    /// One lock per key being generated whole, so that concurrent opens generate it once.
-    generating: KeyedLocks<CacheKey>,
+    /// Keys being generated whole, so that concurrent opens generate an entry once.
+    generating: SingleFlight<CacheKey, FsResult<()>>,
 }
 
 /// Content being written; it becomes an entry on [`ContentCache::commit`], and its temporary
@@ -81,7 +83,7 @@ impl ContentCache {
             limit_bytes,
             entries: Mutex::new(entries),
             clock: AtomicU64::new(1),
-            generating: KeyedLocks::default(),
+            generating: SingleFlight::default(),
         })
     }
 
@@ -169,9 +171,15 @@ impl ContentCache {
         Ok(())
     }
 
-    /// The lock held while `key` is generated whole.
-    pub fn generation_lock(&self, key: &CacheKey) -> Arc<Mutex<()>> {
-        self.generating.of(key.clone())
+    /// Runs `generate`, which makes the entry for `key`, unless it is running for `key`
+    /// already: then this waits for that run and shares its outcome (an open that comes
+    /// while the file is generated, or fails to be, does not generate it again).
+    pub fn generate_once(
+        &self,
+        key: &CacheKey,
+        generate: impl FnOnce() -> FsResult<()>,
+    ) -> FsResult<()> {
+        self.generating.run(key.clone(), generate)
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::sync::{KeyedLocks, Recover};
+use crate::sync::{Recover, SingleFlight};
 use crate::tiledb::{
     self, Array, Config, Context, EnumerationInfo, Fragment, FragmentInfo, Group, Member, Metadata,
     ObjectType,
@@ -205,9 +205,9 @@ pub struct Store {
     /// listings around it have just opened).
     recent: Mutex<HashMap<String, (Instant, Arc<SomaObject>)>>,
     reuse_for: Duration,
-    /// One lock per URI being opened: a second open of it meanwhile (a listing of `10x/`
-    /// while obs is opened ahead of a look) waits for the first and takes its snapshot.
-    opening: KeyedLocks<String>,
+    /// Opens under way, by URI: a second open meanwhile (a listing of `10x/` while obs is
+    /// opened ahead of a look) waits for the first and takes its snapshot, or its error.
+    opening: SingleFlight<String, tiledb::Result<Arc<SomaObject>>>,
 }
 
 /// The libtiledb settings soma-mount always uses: var-sized buffers come out as Arrow large
@@ -248,7 +248,7 @@ impl Store {
             timestamp_ms,
             recent: Mutex::default(),
             reuse_for,
-            opening: KeyedLocks::default(),
+            opening: SingleFlight::default(),
         })
     }
 
@@ -260,16 +260,27 @@ impl Store {
     /// the group holding it records it as, when it is a member: it is opened as that, as
     /// tiledbsoma opens members. Otherwise libtiledb is asked what `uri` holds first, which
     /// on object storage costs up to three round trips more. An object opened less than the
-    /// metadata TTL ago, or being opened now, is not opened again: it is that snapshot.
+    /// metadata TTL ago is not opened again: it is that snapshot. Nor is one being opened
+    /// now: this waits for that open and takes its outcome, the snapshot or the error.
     pub fn open(&self, uri: &str, recorded: Option<ObjectType>) -> tiledb::Result<Arc<SomaObject>> {
         if let Some(object) = self.opened_lately(uri) {
             return Ok(object);
         }
-        let lock = self.opening.of(uri.to_owned());
-        let _opening = lock.lock().recover();
-        if let Some(object) = self.opened_lately(uri) {
-            return Ok(object);
-        }
+        self.opening.run(uri.to_owned(), || {
+            // An open that ended just before this one's flight began is as good.
+            match self.opened_lately(uri) {
+                Some(object) => Ok(object),
+                None => self.open_afresh(uri, recorded),
+            }
+        })
+    }
+
+    /// Opens the object at `uri` (see [`Self::open`]) and keeps it for `reuse_for`.
+    fn open_afresh(
+        &self,
+        uri: &str,
+        recorded: Option<ObjectType>,
+    ) -> tiledb::Result<Arc<SomaObject>> {
         let started = Instant::now();
         let object_type = match recorded {
             Some(known @ (ObjectType::Group | ObjectType::Array)) => known,
