@@ -249,6 +249,38 @@ def test_concurrent_first_looks_list_each_directory_once(fixtures_dir, mount):
 
 
 @pytest.mark.timeout(120)
+def test_concurrent_opens_generate_a_file_once(fixtures_dir, mount):
+    """Eight threads open the same Parquet file (generated whole on open) of a fresh mount at
+    once: the file is generated once, the other opens wait for it, and all read the same
+    bytes. Counted from the daemon's debug log, which names every file it generates."""
+    rel = "ms/RNA/X/data/data.parquet"
+    with mount(fixtures_dir / "pbmc", "-vv") as mp:
+        os.listdir(Path(mp) / "ms" / "RNA" / "X" / "data")
+        start = threading.Barrier(8)
+        got: list[bytes] = []
+        errors: list[str] = []
+
+        def read() -> None:
+            try:
+                start.wait()
+                got.append(_read_all(Path(mp) / rel))
+            except Exception as e:  # noqa: BLE001 -- every failure is reported
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=read) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "an open hung"
+        assert not errors, errors
+        log = Path(mp.log).read_text(errors="replace")
+    assert len(got) == 8 and len(set(got)) == 1 and got[0].startswith(b"PAR1"), [len(g) for g in got]
+    generated = [line for line in log.splitlines() if "generated" in line and "as parquet" in line]
+    assert len(generated) == 1, f"data.parquet generated {len(generated)} times: {generated}"
+
+
+@pytest.mark.timeout(120)
 def test_readers_killed_mid_file_free_their_work(fixtures_dir, mount):
     with mount(fixtures_dir / "big", "--materialize-limit", "0") as mp:
         path = Path(mp) / "X" / "data.csv"
