@@ -137,7 +137,7 @@ impl SomaFs {
 }
 
 /// Attributes of a file whose size is not known yet are never cached: the next `stat` must
-/// see the exact size as soon as the file has been generated.
+/// see the exact size as soon as the file has been generated. (Its name is cached as any.)
 fn ttl(attr: &Attr) -> Duration {
     if attr.size_known {
         TTL
@@ -168,7 +168,11 @@ impl Filesystem for SomaFs {
             return reply.error(Errno::ENOENT);
         };
         match self.tree.lookup(parent.0, name) {
-            Ok(attr) => reply.entry(&ttl(&attr), &self.file_attr(&attr), Generation(0)),
+            // The name stands for its inode as long as any (TTL); only a size not known
+            // yet must be asked for again at every stat.
+            Ok(attr) => {
+                reply.entry_with_ttls(&ttl(&attr), &TTL, &self.file_attr(&attr), Generation(0))
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -306,7 +310,10 @@ impl Filesystem for SomaFs {
         _size: u32,
         reply: ReplyXattr,
     ) {
-        reply.error(Errno::ENODATA);
+        // No file has extended attributes. ENOSYS, once, makes the kernel answer every later
+        // getxattr itself ("not supported"): `ls -l` asks two per file (SELinux label, ACL),
+        // which were two round trips per file with ENODATA.
+        reply.error(Errno::ENOSYS);
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {

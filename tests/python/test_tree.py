@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -464,6 +465,26 @@ def test_unknown_names_are_enoent(mounted):
     if r is not None:
         problems.append(f"listdir no-such-dir: expected ENOENT, got {r}")
     fail_if(problems, "unknown-name problems")
+
+
+def test_ls_l_looks_up_each_name_once(fixtures_dir, mount):
+    """`ls -l` stats every entry and asks for two extended attributes of each (SELinux
+    label, ACL). The kernel keeps a name for the TTL even when its size is not known yet,
+    so a listing's names are looked up once each, and the first getxattr tells the kernel
+    there are none: it asks no more. Counted from the daemon's debug log of FUSE requests."""
+    with mount(fixtures_dir / "pbmc", "-vv") as mp:
+        d = Path(mp) / "ms" / "RNA" / "X" / "data"
+        names = os.listdir(d)
+        log = Path(mp.log)
+        mark = len(log.read_bytes())
+        subprocess.run(["ls", "-l", str(d)], check=True, capture_output=True, timeout=30)
+        requests = log.read_bytes()[mark:].decode(errors="replace")
+    ops: dict[str, int] = {}
+    for op in re.findall(r"FUSE\(\s*\d+\) ino 0x[0-9a-f]+ ([A-Z]+)", requests):
+        ops[op] = ops.get(op, 0) + 1
+    assert ops.get("READDIR"), f"the log shows no FUSE requests of ls -l: {ops}"
+    assert ops.get("LOOKUP", 0) <= len(names), f"{len(names)} entries, {ops}"
+    assert ops.get("GETXATTR", 0) <= 1, f"{len(names)} entries, {ops}"
 
 
 # --------------------------------------------------------------------------------------
