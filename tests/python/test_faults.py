@@ -140,6 +140,30 @@ def _read_random(path: Path, size: int, rng: random.Random, count: int) -> list[
     return out
 
 
+def _all_at_once(calls: list, what: str) -> list:
+    """Runs every call on a thread of its own, all released at once, and returns their
+    results in order. Fails the test if one is still running after 60 s or raised."""
+    start = threading.Barrier(len(calls))
+    results: list = [None] * len(calls)
+    errors: list[str] = []
+
+    def run(i: int) -> None:
+        try:
+            start.wait()
+            results[i] = calls[i]()
+        except Exception as e:  # noqa: BLE001 -- every failure is reported
+            errors.append(f"{what} {i}: {e!r}")
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), f"a {what} hung"
+    assert not errors, errors
+    return results
+
+
 def _rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -223,25 +247,8 @@ def test_concurrent_first_looks_list_each_directory_once(fixtures_dir, mount):
                  "obs/schema.json", "ms/RNA", "ms/metadata.json", "ms/RNA/X", "ms/RNA/var",
                  "ms/RNA/metadata.json", "ms/RNA/X/data", "ms/RNA/var/data.csv",
                  "ms/RNA/X/data/schema.json", "ms/RNA/var/metadata.json"]
-        looked: dict[str, int] = {}
-        errors: list[str] = []
-        start = threading.Barrier(len(paths))
-
-        def look(rel: str) -> None:
-            try:
-                start.wait()
-                looked[rel] = os.stat(root / rel).st_ino
-            except Exception as e:  # noqa: BLE001 -- every failure is reported
-                errors.append(f"{rel}: {e!r}")
-
-        threads = [threading.Thread(target=look, args=(rel,)) for rel in paths]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not any(t.is_alive() for t in threads), "a lookup hung"
-        assert not errors, errors
-        for rel, ino in looked.items():
+        inodes = _all_at_once([lambda rel=rel: os.stat(root / rel).st_ino for rel in paths], "lookup")
+        for rel, ino in zip(paths, inodes):
             parent = (root / rel).parent
             listed = {e.name: e.inode() for e in os.scandir(parent)}
             name = Path(rel).name
@@ -256,24 +263,7 @@ def test_concurrent_opens_generate_a_file_once(fixtures_dir, mount):
     rel = "ms/RNA/X/data/data.parquet"
     with mount(fixtures_dir / "pbmc", "-vv") as mp:
         os.listdir(Path(mp) / "ms" / "RNA" / "X" / "data")
-        start = threading.Barrier(8)
-        got: list[bytes] = []
-        errors: list[str] = []
-
-        def read() -> None:
-            try:
-                start.wait()
-                got.append(_read_all(Path(mp) / rel))
-            except Exception as e:  # noqa: BLE001 -- every failure is reported
-                errors.append(repr(e))
-
-        threads = [threading.Thread(target=read) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not any(t.is_alive() for t in threads), "an open hung"
-        assert not errors, errors
+        got = _all_at_once([lambda: _read_all(Path(mp) / rel)] * 8, "read")
         log = Path(mp.log).read_text(errors="replace")
     assert len(got) == 8 and len(set(got)) == 1 and got[0].startswith(b"PAR1"), [len(g) for g in got]
     generated = [line for line in log.splitlines() if "generated" in line and "as parquet" in line]
