@@ -7,6 +7,7 @@ Run: .venv/bin/python -m pytest tests/python -q
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import os
@@ -479,12 +480,10 @@ def test_ls_l_looks_up_each_name_once(fixtures_dir, mount):
         mark = len(log.read_bytes())
         subprocess.run(["ls", "-l", str(d)], check=True, capture_output=True, timeout=30)
         requests = log.read_bytes()[mark:].decode(errors="replace")
-    ops: dict[str, int] = {}
-    for op in re.findall(r"FUSE\(\s*\d+\) ino 0x[0-9a-f]+ ([A-Z]+)", requests):
-        ops[op] = ops.get(op, 0) + 1
-    assert ops.get("READDIR"), f"the log shows no FUSE requests of ls -l: {ops}"
-    assert ops.get("LOOKUP", 0) <= len(names), f"{len(names)} entries, {ops}"
-    assert ops.get("GETXATTR", 0) <= 1, f"{len(names)} entries, {ops}"
+    ops = collections.Counter(re.findall(r"FUSE\(\s*\d+\) ino 0x[0-9a-f]+ ([A-Z]+)", requests))
+    assert ops["READDIR"], f"the log shows no FUSE requests of ls -l: {ops}"
+    assert ops["LOOKUP"] <= len(names), f"{len(names)} entries, {ops}"
+    assert ops["GETXATTR"] <= 1, f"{len(names)} entries, {ops}"
 
 
 # --------------------------------------------------------------------------------------
