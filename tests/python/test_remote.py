@@ -399,24 +399,21 @@ def test_s3_latency_first_look_and_cached(s3, soma_mount_bin, capsys):
 
 
 @pytest.mark.timeout(180)
-def test_s3_members_are_opened_as_recorded_and_once(fixtures_dir, soma_mount_bin):
+def test_s3_members_are_opened_as_recorded_and_once(s3, soma_mount_bin):
     """Members are opened as what their group records them as, as tiledbsoma does: the
     only requests asking what a URI holds (a one-key listing, a HEAD of
     __array_schema.tdb) are for the mounted root. And an object is opened once per
     metadata TTL: `10x/` uses the snapshots of obs, var and X that their listings took,
     so listing it makes no request for them at all."""
-    with S3Server() as server:
-        server.create_bucket(BUCKET)
-        server.upload_tree(fixtures_dir / "pbmc", BUCKET, "pbmc")
-        before = server.request_count()
-        with s3_mount(server, "pbmc", "--metadata-ttl", "300") as mp:
-            root = Path(mp)
-            for rel in ["obs", "ms", "ms/RNA", "ms/RNA/var", "ms/RNA/X", "ms/RNA/X/data"]:
-                os.listdir(root / rel)
-            mark = server.request_count()
-            layers = os.listdir(root / "ms" / "RNA" / "10x")
-            during_10x = server.requests()[mark:]
-        requests = server.requests()[before:]
+    before = s3.request_count()
+    with s3_mount(s3, "pbmc", "--metadata-ttl", "300") as mp:
+        root = Path(mp)
+        for rel in ["obs", "ms", "ms/RNA", "ms/RNA/var", "ms/RNA/X", "ms/RNA/X/data"]:
+            os.listdir(root / rel)
+        mark = s3.request_count()
+        layers = os.listdir(root / "ms" / "RNA" / "10x")
+        during_10x = s3.requests()[mark:]
+    requests = s3.requests()[before:]
     assert "data" in layers, layers
     shown = ("pbmc/obs/", "pbmc/ms/RNA/var/", "pbmc/ms/RNA/X/")
     again = [r for r in during_10x if any(s in r for s in shown)]
