@@ -42,6 +42,9 @@ pub struct SomaSchema {
     /// read returns.
     pub tile_order: Order,
     pub cell_order: Order,
+    /// For sparse arrays: the cells of one data tile (the schema's capacity), the unit
+    /// libtiledb decompresses.
+    pub tile_cells: Option<u64>,
 }
 
 /// The Arrow type of a TileDB value type, as tiledbsoma presents it.
@@ -167,6 +170,8 @@ impl SomaSchema {
             dense: info.array_type == crate::tiledb::ArrayType::Dense,
             tile_order: info.tile_order,
             cell_order: info.cell_order,
+            tile_cells: (info.array_type == crate::tiledb::ArrayType::Sparse && info.capacity > 0)
+                .then_some(info.capacity),
         }
     }
 

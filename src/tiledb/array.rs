@@ -145,6 +145,8 @@ impl Order {
 pub struct SchemaInfo {
     pub array_type: ArrayType,
     pub allows_dups: bool,
+    /// Cells per data tile of a sparse array (meaningless for a dense one).
+    pub capacity: u64,
     pub tile_order: Order,
     pub cell_order: Order,
     pub dimensions: Vec<DimensionInfo>,
@@ -283,6 +285,11 @@ impl ArraySchema {
             ctx,
             tiledb_array_schema_get_allows_dups(self.raw, &mut allows_dups)
         )?;
+        let mut capacity = 0;
+        tiledb_call!(
+            ctx,
+            tiledb_array_schema_get_capacity(self.raw, &mut capacity)
+        )?;
         let (mut tile_order, mut cell_order) = (0, 0);
         tiledb_call!(
             ctx,
@@ -319,6 +326,7 @@ impl ArraySchema {
                 ArrayType::Sparse
             },
             allows_dups: allows_dups != 0,
+            capacity,
             tile_order: Order::from_raw(tile_order),
             cell_order: Order::from_raw(cell_order),
             dimensions,

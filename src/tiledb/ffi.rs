@@ -270,6 +270,11 @@ extern "C" {
         array_schema: *const tiledb_array_schema_t,
         cell_order: *mut tiledb_layout_t,
     ) -> capi_return_t;
+    pub fn tiledb_array_schema_get_capacity(
+        ctx: *mut tiledb_ctx_t,
+        array_schema: *const tiledb_array_schema_t,
+        capacity: *mut u64,
+    ) -> capi_return_t;
     pub fn tiledb_array_schema_get_allows_dups(
         ctx: *mut tiledb_ctx_t,
         array_schema: *mut tiledb_array_schema_t,

@@ -75,6 +75,23 @@ struct ColumnBuffers {
     validity_size: Box<u64>,
     /// Capacities of the next submission's buffers: data bytes, offsets, validity bytes.
     capacity: (usize, usize, usize),
+    /// For var-sized columns: the bytes of the cells returned so far.
+    var_bytes_returned: u64,
+}
+
+impl ColumnBuffers {
+    /// For a var-sized column: the bytes to allow per cell, the average of the
+    /// `cells_returned` cells read so far and a quarter more, or a guess before any.
+    fn var_cell_bytes(&self, cells_returned: u64) -> Option<usize> {
+        if !self.spec.is_var() {
+            return None;
+        }
+        if cells_returned == 0 {
+            return Some(VAR_CELL_GUESS);
+        }
+        let average = self.var_bytes_returned.div_ceil(cells_returned) as usize;
+        Some((average + average / 4).max(1))
+    }
 }
 
 /// One column of a batch, owned: its buffers as libtiledb filled them.
@@ -93,6 +110,73 @@ pub struct Batch {
     pub columns: Vec<ColumnData>,
 }
 
+/// How a query sizes its batches.
+///
+/// libtiledb decompresses a sparse array's data a whole tile (`tile_cells` cells) at a time,
+/// and a submission whose buffers fill inside a tile leaves it to the next submission, which
+/// decompresses that tile again. Batches that end inside tiles cost up to twice the
+/// decompression: a data frame of a million rows and 28 columns (tiles of about 20 MB) read
+/// in 16 MiB batches took 1.3 s, and in batches of one tile each 0.45 s. So after the first,
+/// batches hold whole tiles, as many as fit in `bytes` and at least one (up to
+/// `TILE_BATCH_MAX_BYTES` for a tile bigger than `bytes`), counted from the query's first
+/// cell: tile boundaries exactly when the query reads a whole array written at once, and
+/// batches at least a tile long otherwise.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSizing {
+    /// The buffer bytes a batch aims for.
+    pub bytes: usize,
+    /// About how many cells the query returns: when they fit in `bytes`, the first batch is
+    /// sized for all of them.
+    pub expected_cells: u64,
+    /// For a sparse array: the cells of one data tile.
+    pub tile_cells: Option<u64>,
+    /// Whether the first batch is small (`FIRST_BATCH_CELLS`), so that its rows reach a
+    /// reader (`head`) at once.
+    pub quick_start: bool,
+}
+
+impl BatchSizing {
+    /// The cells that fill `bytes` with rows of `row_bytes`.
+    fn target_cells(&self, row_bytes: usize) -> usize {
+        (self.bytes / row_bytes.max(1)).max(1)
+    }
+
+    /// The cells of a query's first batch.
+    fn first_batch_cells(&self, row_bytes: usize) -> usize {
+        let target = self.target_cells(row_bytes);
+        // A quarter more than expected: estimates are averages.
+        let expected = self.expected_cells.saturating_add(self.expected_cells / 4);
+        if expected < target as u64 {
+            (expected as usize).max(1024)
+        } else if self.quick_start {
+            target.min(FIRST_BATCH_CELLS)
+        } else {
+            self.later_batch_cells(row_bytes, 0, 0)
+        }
+    }
+
+    /// The cells of the batch after `batches` batches of `cells` cells in all: up to a tile
+    /// boundary (see above). Batches grow to the target by doubling, a tile at first (or
+    /// `FIRST_BATCH_CELLS` without tiles), so that short reads hold little.
+    fn later_batch_cells(&self, row_bytes: usize, cells: u64, batches: u32) -> usize {
+        let target = self.target_cells(row_bytes);
+        let Some(tile) = self.tile_cells.filter(|&t| t > 0).map(|t| t as usize) else {
+            return target.min(FIRST_BATCH_CELLS << batches.min(20));
+        };
+        // 1, 1, 2, 4, … tiles: a quick start's first tile is finished by the second batch.
+        let ramp = 1 << batches.saturating_sub(1).min(20);
+        let whole_tiles = if target >= tile {
+            (target / tile).min(ramp) * tile
+        } else if tile.saturating_mul(row_bytes) <= TILE_BATCH_MAX_BYTES {
+            tile
+        } else {
+            // Not even one tile fits: as much of one as may be.
+            return (TILE_BATCH_MAX_BYTES / row_bytes.max(1)).max(1);
+        };
+        whole_tiles - (cells % tile as u64) as usize
+    }
+}
+
 /// A read query over an open array that yields batches of at most its buffers' size.
 pub struct ReadQuery {
     // Field order matters: the query is freed before the buffers it points into.
@@ -100,31 +184,32 @@ pub struct ReadQuery {
     columns: Vec<ColumnBuffers>,
     _array: Arc<Array>,
     done: bool,
-    /// Buffers start small, so the first batch comes quickly, and double after each batch
-    /// until their data buffers reach this many bytes in all.
-    target_bytes: usize,
+    sizing: BatchSizing,
+    /// The cells of the batches handed out so far.
+    cells_returned: u64,
+    batches_returned: u32,
 }
 
-/// Bytes per cell assumed for var-sized columns when sizing buffers.
+/// Bytes per cell assumed for var-sized columns before any has been read.
 const VAR_CELL_GUESS: usize = 32;
 
-/// Cells in the first batch of a query.
+/// Cells in the first batch of a query that starts quickly.
 const FIRST_BATCH_CELLS: usize = 8192;
+
+/// The most a batch may grow to, past its target bytes, to hold one whole data tile.
+const TILE_BATCH_MAX_BYTES: usize = 64 << 20;
 
 impl ReadQuery {
     /// A query reading `columns` of `array` in `layout`, within `ranges` (one list of
     /// inclusive ranges per dimension; an empty list means the whole dimension) and, when
-    /// given, only the cells matching `condition`. Each batch holds about `batch_bytes`;
-    /// when `expected_cells` fit in that, the first batch is sized for all of them, else it is
-    /// small so that the first rows come at once.
+    /// given, only the cells matching `condition`, in batches sized by `sizing`.
     pub fn new(
         array: Arc<Array>,
         layout: Layout,
         ranges: &[Vec<(Value, Value)>],
         columns: &[ColumnSpec],
         condition: Option<&QueryCondition>,
-        batch_bytes: usize,
-        expected_cells: u64,
+        sizing: BatchSizing,
     ) -> Result<ReadQuery> {
         let ctx = array.context().clone();
         let mut raw = ptr::null_mut();
@@ -162,38 +247,9 @@ impl ReadQuery {
             )?;
         }
 
-        let row_bytes: usize = columns
-            .iter()
-            .map(|c| {
-                let value = if c.is_var() {
-                    8 + VAR_CELL_GUESS
-                } else {
-                    c.cell_size()
-                };
-                value + usize::from(c.nullable)
-            })
-            .sum::<usize>()
-            .max(1);
-        // The first batch is small: its rows reach a reader (`head`) at once.
-        let batch_cells = (batch_bytes / row_bytes).max(1024);
-        // A quarter more than expected: estimates are averages.
-        let expected = (expected_cells as usize).saturating_add(expected_cells as usize / 4);
-        let cells = if expected < batch_cells {
-            expected.max(1024)
-        } else {
-            batch_cells.min(FIRST_BATCH_CELLS)
-        };
         let columns = columns
             .iter()
             .map(|spec| {
-                let data = cells
-                    * if spec.is_var() {
-                        VAR_CELL_GUESS
-                    } else {
-                        spec.cell_size()
-                    };
-                let offsets = if spec.is_var() { cells + 1 } else { 0 };
-                let validity = if spec.nullable { cells } else { 0 };
                 Ok(ColumnBuffers {
                     name: c_string(&spec.name)?,
                     data: Vec::new(),
@@ -203,17 +259,52 @@ impl ReadQuery {
                     validity: Vec::new(),
                     validity_size: Box::new(0),
                     spec: spec.clone(),
-                    capacity: (data, offsets, validity),
+                    capacity: (0, 0, 0),
+                    var_bytes_returned: 0,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(ReadQuery {
+        let mut query = ReadQuery {
             query,
             columns,
             _array: array,
             done: false,
-            target_bytes: batch_bytes,
-        })
+            sizing,
+            cells_returned: 0,
+            batches_returned: 0,
+        };
+        let first = sizing.first_batch_cells(query.row_bytes());
+        query.size_buffers(first);
+        Ok(query)
+    }
+
+    /// Bytes of one cell of every column, var-sized ones at the size read so far (a
+    /// quarter more, for the variation from batch to batch).
+    fn row_bytes(&self) -> usize {
+        self.columns
+            .iter()
+            .map(|c| {
+                let value = c
+                    .var_cell_bytes(self.cells_returned)
+                    .map_or(c.spec.cell_size(), |v| v + 8);
+                value + usize::from(c.spec.nullable)
+            })
+            .sum::<usize>()
+            .max(1)
+    }
+
+    /// Sets every column's capacities for a batch of `cells`.
+    fn size_buffers(&mut self, cells: usize) {
+        let cells_returned = self.cells_returned;
+        for c in &mut self.columns {
+            let data = match c.var_cell_bytes(cells_returned) {
+                Some(bytes) => cells.saturating_mul(bytes).max(64),
+                None => cells * c.spec.cell_size(),
+            };
+            let offsets = if c.spec.is_var() { cells + 1 } else { 0 };
+            let validity = if c.spec.nullable { cells } else { 0 };
+            c.capacity = (data, offsets, validity);
+        }
     }
 
     /// Gives every column empty buffers of its capacities and points libtiledb at them.
@@ -267,15 +358,7 @@ impl ReadQuery {
         Ok(())
     }
 
-    fn capacity_bytes(&self) -> usize {
-        self.columns
-            .iter()
-            .map(|c| c.capacity.0 + c.capacity.1 * 8 + c.capacity.2)
-            .sum()
-    }
-
-    /// Doubles every capacity: a batch did not fit even one cell, or batches grow to the
-    /// target.
+    /// Doubles every capacity: a batch did not fit even one cell.
     fn grow(&mut self) -> Result<()> {
         for c in &mut self.columns {
             let (data, offsets, validity) = c.capacity;
@@ -319,9 +402,14 @@ impl ReadQuery {
                 return Ok(None);
             }
             let batch = self.batch(cells);
-            if self.capacity_bytes() * 2 <= self.target_bytes {
-                self.grow()?;
-            }
+            self.cells_returned += cells as u64;
+            self.batches_returned += 1;
+            let next = self.sizing.later_batch_cells(
+                self.row_bytes(),
+                self.cells_returned,
+                self.batches_returned,
+            );
+            self.size_buffers(next);
             return Ok(Some(batch));
         }
     }
@@ -371,6 +459,9 @@ impl ReadQuery {
             .columns
             .iter_mut()
             .map(|c| {
+                if c.spec.is_var() {
+                    c.var_bytes_returned += c.data.len() as u64;
+                }
                 let mut offsets = std::mem::take(&mut c.offsets);
                 if offsets.is_empty() {
                     offsets.push(0);
@@ -492,5 +583,69 @@ impl QueryCondition {
             )
         )?;
         Ok(condition)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    fn sizing(expected_cells: u64, tile_cells: Option<u64>, quick_start: bool) -> BatchSizing {
+        BatchSizing {
+            bytes: 8 * MIB,
+            expected_cells,
+            tile_cells,
+            quick_start,
+        }
+    }
+
+    #[test]
+    fn a_read_that_fits_comes_in_one_batch() {
+        let s = sizing(100_000, Some(100_000), true);
+        assert_eq!(s.first_batch_cells(60), 125_000);
+        assert_eq!(sizing(10, None, true).first_batch_cells(40), 1024);
+    }
+
+    #[test]
+    fn a_quick_start_is_small_and_later_batches_end_at_tiles() {
+        // 20-byte rows: 8 MiB hold 419,430 cells, four tiles of 100,000.
+        let s = sizing(20_000_000, Some(100_000), true);
+        assert_eq!(s.first_batch_cells(20), FIRST_BATCH_CELLS);
+        assert_eq!(s.later_batch_cells(20, 8192, 1), 100_000 - 8192);
+        assert_eq!(s.later_batch_cells(20, 100_000, 2), 200_000);
+        assert_eq!(s.later_batch_cells(20, 300_000, 3), 400_000);
+        assert_eq!(s.later_batch_cells(20, 700_000, 4), 400_000);
+        // A batch cut short (its var-sized buffers filled) is followed by one that
+        // finishes the tile it stopped in.
+        assert_eq!(s.later_batch_cells(20, 750_000, 5), 350_000);
+    }
+
+    #[test]
+    fn without_a_quick_start_batches_grow_a_tile_at_a_time() {
+        let s = sizing(20_000_000, Some(100_000), false);
+        assert_eq!(s.first_batch_cells(20), 100_000);
+        assert_eq!(s.later_batch_cells(20, 100_000, 1), 100_000);
+        assert_eq!(s.later_batch_cells(20, 200_000, 2), 200_000);
+    }
+
+    #[test]
+    fn a_tile_bigger_than_the_target_is_one_batch_up_to_the_limit() {
+        // 210-byte rows: a tile of 100,000 is 21 MB, over 8 MiB but within 64 MiB.
+        let s = sizing(1_000_000, Some(100_000), true);
+        assert_eq!(s.later_batch_cells(210, 8192, 1), 100_000 - 8192);
+        assert_eq!(s.later_batch_cells(210, 100_000, 2), 100_000);
+        assert_eq!(s.later_batch_cells(210, 900_000, 10), 100_000);
+        // 1 KB rows: a tile is 100 MB, over the limit: batches fill the limit.
+        assert_eq!(s.later_batch_cells(1000, 0, 3), 64 * MIB / 1000);
+    }
+
+    #[test]
+    fn dense_reads_fill_the_target() {
+        let s = sizing(20_000_000, None, true);
+        assert_eq!(s.first_batch_cells(4), FIRST_BATCH_CELLS);
+        assert_eq!(s.later_batch_cells(4, 8192, 1), 2 * FIRST_BATCH_CELLS);
+        assert_eq!(s.later_batch_cells(4, 1 << 30, 12), 2 * MIB);
     }
 }

@@ -233,6 +233,7 @@ def test_sixteen_concurrent_readers(fixtures_dir, mount):
         assert not hung, f"{len(hung)} readers still blocked 100 s after the deadline"
         assert not errors, "\n".join(errors[:20])
         assert mp.proc.poll() is None
+        print(f"\nsixteen readers: the daemon's RSS peaked at {peak[0]:.0f} MB")
         assert peak[0] < 1024, f"daemon RSS reached {peak[0]:.0f} MB"
 
 
