@@ -26,7 +26,7 @@ use arrow_schema::{DataType, SchemaRef};
 
 use crate::tiledb::{
     self, Array, BatchSizing, ColumnData, ColumnSpec, EnumerationInfo, Layout, Order,
-    QueryCondition, ReadQuery, Value,
+    QueryCondition, ReadQuery, TileUnit, Value,
 };
 
 use super::object::ArrayObject;
@@ -61,8 +61,8 @@ pub struct BatchReader {
     batch_bytes: usize,
     /// About this many cells come from one query (sizes its first batch); for runs, per band.
     expected_cells: u64,
-    /// The cells of one of the array's data tiles, when it is sparse.
-    tile_cells: Option<u64>,
+    /// What libtiledb decompresses at a time, in cells of this read.
+    unit: Option<TileUnit>,
     /// The runs of the first dimension still to read (inclusive), when reading in runs.
     runs: VecDeque<(i128, i128)>,
     query: Option<ReadQuery>,
@@ -123,6 +123,26 @@ fn plan(array: &ArrayObject) -> Plan {
 /// Cells the first run of a band-sorted read aims for: a few rows, so that the first rows
 /// are sorted and handed out before the rest of their band is read.
 const FIRST_RUN_CELLS: u64 = 8192;
+
+/// What libtiledb decompresses at a time when reading `ranges` (one list per index column,
+/// a dense array's filled in with its current domain): a sparse array's data tile, or a
+/// band of a dense read, one tile extent of the first dimension across the ranges of the
+/// others.
+fn tile_unit(array: &ArrayObject, ranges: &[Vec<(Value, Value)>]) -> Option<TileUnit> {
+    let schema = &array.schema;
+    if !schema.dense {
+        return schema.tile_cells.map(TileUnit::SparseTile);
+    }
+    let mut cells = u128::try_from(schema.first_tile_extent()?).ok()?;
+    for dim_ranges in ranges.iter().skip(1) {
+        let width: i128 = dim_ranges
+            .iter()
+            .map(|(lo, hi)| Some(hi.as_i128()? - lo.as_i128()? + 1))
+            .sum::<Option<i128>>()?;
+        cells = cells.checked_mul(u128::try_from(width).ok()?)?;
+    }
+    u64::try_from(cells).ok().map(TileUnit::DenseBand)
+}
 
 /// The runs of rows a band-sorted read of `range` (inclusive, on the first dimension) goes
 /// through. When `first`, it opens with a run of the few rows that hold about
@@ -270,6 +290,7 @@ impl BatchReader {
                 (Layout::GlobalOrder, Some(sorter))
             }
         };
+        let unit = tile_unit(array, &ranges);
         let labels = columns
             .iter()
             .map(|c| c.enumeration.as_ref().map(labels_array).transpose())
@@ -282,7 +303,7 @@ impl BatchReader {
             condition,
             batch_bytes,
             expected_cells,
-            tile_cells: array.schema.tile_cells,
+            unit,
             runs,
             query: None,
             schema: array.schema.arrow_of(&columns),
@@ -320,9 +341,7 @@ impl BatchReader {
         let sizing = BatchSizing {
             bytes: self.batch_bytes,
             expected_cells,
-            tile_cells: self.tile_cells,
-            // A read in runs opens with a small one.
-            quick_start: run.is_none(),
+            unit: self.unit,
         };
         ReadQuery::new(
             self.array.clone(),

@@ -23,7 +23,9 @@ pub use datatype::{Datatype, TimeUnit, Value};
 pub use error::{Error, Result};
 pub use group::{Group, Member};
 pub use metadata::{Metadata, MetadataValue};
-pub use query::{Batch, BatchSizing, ColumnData, ColumnSpec, Layout, QueryCondition, ReadQuery};
+pub use query::{
+    Batch, BatchSizing, ColumnData, ColumnSpec, Layout, QueryCondition, ReadQuery, TileUnit,
+};
 
 mod error;
 

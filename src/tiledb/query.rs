@@ -110,17 +110,34 @@ pub struct Batch {
     pub columns: Vec<ColumnData>,
 }
 
+/// What libtiledb decompresses at a time, in cells of a query's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TileUnit {
+    /// A data tile of a sparse array: this many cells (the schema's capacity).
+    SparseTile(u64),
+    /// A row of tiles of a dense read: one tile extent of the first dimension across all
+    /// that the read selects of the others, this many cells.
+    DenseBand(u64),
+}
+
 /// How a query sizes its batches.
 ///
-/// libtiledb decompresses a sparse array's data a whole tile (`tile_cells` cells) at a time,
-/// and a submission whose buffers fill inside a tile leaves it to the next submission, which
-/// decompresses that tile again. Batches that end inside tiles cost up to twice the
-/// decompression: a data frame of a million rows and 28 columns (tiles of about 20 MB) read
-/// in 16 MiB batches took 1.3 s, and in batches of one tile each 0.45 s. So after the first,
-/// batches hold whole tiles, as many as fit in `bytes` and at least one (up to
-/// `TILE_BATCH_MAX_BYTES` for a tile bigger than `bytes`), counted from the query's first
-/// cell: tile boundaries exactly when the query reads a whole array written at once, and
-/// batches at least a tile long otherwise.
+/// libtiledb decompresses whole tiles, and a submission whose buffers fill inside a tile
+/// leaves the rest to the next submission, which decompresses that tile again. Batches
+/// that end inside tiles cost up to twice the decompression: a data frame of a million rows
+/// and 28 columns (tiles of about 20 MB) read in 16 MiB batches took 1.3 s, and in batches
+/// of one tile each 0.45 s. So batches hold whole tiles (or bands of a dense read), as many
+/// as fit in `bytes` and at least one (up to `TILE_BATCH_MAX_BYTES` for one bigger than
+/// `bytes`), counted from the query's first cell: tile boundaries exactly when the query
+/// reads a whole sparse array written at once, or whole bands of a dense one, and batches
+/// at least a tile long otherwise.
+///
+/// Sparse reads start with one tile and double (two, four…), so that short reads hold
+/// little; a first batch smaller than a tile would bring its first rows no sooner, since
+/// libtiledb decompresses the whole tile for it all the same. Dense reads do not grow:
+/// libtiledb's dense reader keeps the cell count its first submission's buffers held for
+/// every later one (a read that started with 8,192 cells went on 8,000 at a time, six
+/// times slower than in whole bands), so a dense read's first batch is a full one.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchSizing {
     /// The buffer bytes a batch aims for.
@@ -128,11 +145,8 @@ pub struct BatchSizing {
     /// About how many cells the query returns: when they fit in `bytes`, the first batch is
     /// sized for all of them.
     pub expected_cells: u64,
-    /// For a sparse array: the cells of one data tile.
-    pub tile_cells: Option<u64>,
-    /// Whether the first batch is small (`FIRST_BATCH_CELLS`), so that its rows reach a
-    /// reader (`head`) at once.
-    pub quick_start: bool,
+    /// What libtiledb decompresses at a time, when known.
+    pub unit: Option<TileUnit>,
 }
 
 impl BatchSizing {
@@ -148,25 +162,23 @@ impl BatchSizing {
         let expected = self.expected_cells.saturating_add(self.expected_cells / 4);
         if expected < target as u64 {
             (expected as usize).max(1024)
-        } else if self.quick_start {
-            target.min(FIRST_BATCH_CELLS)
         } else {
             self.later_batch_cells(row_bytes, 0, 0)
         }
     }
 
     /// The cells of the batch after `batches` batches of `cells` cells in all: up to a tile
-    /// boundary (see above). Batches grow to the target by doubling, a tile at first (or
-    /// `FIRST_BATCH_CELLS` without tiles), so that short reads hold little.
+    /// boundary (see above).
     fn later_batch_cells(&self, row_bytes: usize, cells: u64, batches: u32) -> usize {
         let target = self.target_cells(row_bytes);
-        let Some(tile) = self.tile_cells.filter(|&t| t > 0).map(|t| t as usize) else {
-            return target.min(FIRST_BATCH_CELLS << batches.min(20));
+        let (tile, most_tiles) = match self.unit {
+            None => return target,
+            Some(TileUnit::SparseTile(tile)) => (tile, 1 << batches.min(20)),
+            Some(TileUnit::DenseBand(band)) => (band, usize::MAX),
         };
-        // 1, 1, 2, 4, … tiles: a quick start's first tile is finished by the second batch.
-        let ramp = 1 << batches.saturating_sub(1).min(20);
+        let tile = tile.max(1) as usize;
         let whole_tiles = if target >= tile {
-            (target / tile).min(ramp) * tile
+            (target / tile).min(most_tiles) * tile
         } else if tile.saturating_mul(row_bytes) <= TILE_BATCH_MAX_BYTES {
             tile
         } else {
@@ -192,9 +204,6 @@ pub struct ReadQuery {
 
 /// Bytes per cell assumed for var-sized columns before any has been read.
 const VAR_CELL_GUESS: usize = 32;
-
-/// Cells in the first batch of a query that starts quickly.
-const FIRST_BATCH_CELLS: usize = 8192;
 
 /// The most a batch may grow to, past its target bytes, to hold one whole data tile.
 const TILE_BATCH_MAX_BYTES: usize = 64 << 20;
@@ -592,60 +601,65 @@ mod tests {
 
     const MIB: usize = 1 << 20;
 
-    fn sizing(expected_cells: u64, tile_cells: Option<u64>, quick_start: bool) -> BatchSizing {
+    fn sizing(expected_cells: u64, unit: TileUnit) -> BatchSizing {
         BatchSizing {
             bytes: 8 * MIB,
             expected_cells,
-            tile_cells,
-            quick_start,
+            unit: Some(unit),
         }
     }
 
     #[test]
     fn a_read_that_fits_comes_in_one_batch() {
-        let s = sizing(100_000, Some(100_000), true);
-        assert_eq!(s.first_batch_cells(60), 125_000);
-        assert_eq!(sizing(10, None, true).first_batch_cells(40), 1024);
+        let tile = TileUnit::SparseTile(100_000);
+        assert_eq!(sizing(100_000, tile).first_batch_cells(60), 125_000);
+        assert_eq!(sizing(10, tile).first_batch_cells(60), 1024);
     }
 
     #[test]
-    fn a_quick_start_is_small_and_later_batches_end_at_tiles() {
+    fn sparse_batches_grow_from_one_tile_to_whole_tiles_of_the_target() {
         // 20-byte rows: 8 MiB hold 419,430 cells, four tiles of 100,000.
-        let s = sizing(20_000_000, Some(100_000), true);
-        assert_eq!(s.first_batch_cells(20), FIRST_BATCH_CELLS);
-        assert_eq!(s.later_batch_cells(20, 8192, 1), 100_000 - 8192);
-        assert_eq!(s.later_batch_cells(20, 100_000, 2), 200_000);
-        assert_eq!(s.later_batch_cells(20, 300_000, 3), 400_000);
-        assert_eq!(s.later_batch_cells(20, 700_000, 4), 400_000);
+        let s = sizing(20_000_000, TileUnit::SparseTile(100_000));
+        assert_eq!(s.first_batch_cells(20), 100_000);
+        assert_eq!(s.later_batch_cells(20, 100_000, 1), 200_000);
+        assert_eq!(s.later_batch_cells(20, 300_000, 2), 400_000);
+        assert_eq!(s.later_batch_cells(20, 700_000, 3), 400_000);
         // A batch cut short (its var-sized buffers filled) is followed by one that
         // finishes the tile it stopped in.
-        assert_eq!(s.later_batch_cells(20, 750_000, 5), 350_000);
-    }
-
-    #[test]
-    fn without_a_quick_start_batches_grow_a_tile_at_a_time() {
-        let s = sizing(20_000_000, Some(100_000), false);
-        assert_eq!(s.first_batch_cells(20), 100_000);
-        assert_eq!(s.later_batch_cells(20, 100_000, 1), 100_000);
-        assert_eq!(s.later_batch_cells(20, 200_000, 2), 200_000);
+        assert_eq!(s.later_batch_cells(20, 750_000, 4), 350_000);
     }
 
     #[test]
     fn a_tile_bigger_than_the_target_is_one_batch_up_to_the_limit() {
         // 210-byte rows: a tile of 100,000 is 21 MB, over 8 MiB but within 64 MiB.
-        let s = sizing(1_000_000, Some(100_000), true);
-        assert_eq!(s.later_batch_cells(210, 8192, 1), 100_000 - 8192);
-        assert_eq!(s.later_batch_cells(210, 100_000, 2), 100_000);
-        assert_eq!(s.later_batch_cells(210, 900_000, 10), 100_000);
+        let s = sizing(1_000_000, TileUnit::SparseTile(100_000));
+        assert_eq!(s.first_batch_cells(210), 100_000);
+        assert_eq!(s.later_batch_cells(210, 100_000, 1), 100_000);
+        assert_eq!(s.later_batch_cells(210, 900_000, 9), 100_000);
         // 1 KB rows: a tile is 100 MB, over the limit: batches fill the limit.
         assert_eq!(s.later_batch_cells(1000, 0, 3), 64 * MIB / 1000);
     }
 
     #[test]
-    fn dense_reads_fill_the_target() {
-        let s = sizing(20_000_000, None, true);
-        assert_eq!(s.first_batch_cells(4), FIRST_BATCH_CELLS);
-        assert_eq!(s.later_batch_cells(4, 8192, 1), 2 * FIRST_BATCH_CELLS);
-        assert_eq!(s.later_batch_cells(4, 1 << 30, 12), 2 * MIB);
+    fn dense_reads_start_full_in_whole_bands() {
+        // Bands of 512 rows x 1,000 columns (10 MB of 20-byte rows): one a batch.
+        let s = sizing(50_000_000, TileUnit::DenseBand(512_000));
+        assert_eq!(s.first_batch_cells(20), 512_000);
+        assert_eq!(s.later_batch_cells(20, 512_000, 1), 512_000);
+        // Bands of 64 rows x 1,000: six of them fill 8 MiB, from the first batch on.
+        let s = sizing(50_000_000, TileUnit::DenseBand(64_000));
+        assert_eq!(s.first_batch_cells(20), 384_000);
+        assert_eq!(s.later_batch_cells(20, 384_000, 1), 384_000);
+    }
+
+    #[test]
+    fn without_tiles_batches_fill_the_target() {
+        let s = BatchSizing {
+            bytes: 8 * MIB,
+            expected_cells: 20_000_000,
+            unit: None,
+        };
+        assert_eq!(s.first_batch_cells(4), 2 * MIB);
+        assert_eq!(s.later_batch_cells(4, 2 * MIB as u64, 1), 2 * MIB);
     }
 }
