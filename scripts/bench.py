@@ -9,6 +9,8 @@ runs in one warm interpreter, so both sides are warm; the sides take turns, and 
 - `cat X/data/data.csv` and `cat obs/data.csv` against tiledbsoma `read()` then
   `pyarrow.csv.write_csv` (what a user would run to get the same CSV);
 - `cat X/data/data.parquet` against tiledbsoma `read()` then `pyarrow.parquet.write_table`;
+- the same for the CSV and Parquet of a wide obs (bench-data/wide: a collection whose `obs`
+  has a million rows and 28 columns of every common kind, as atlases have; no target);
 - the time `head -n 10 X/data/data.csv` takes to print its 10 lines;
 - `cat` of the middle chunk listed in `X/data/slices/` against `cat` of all of X, as a share
   of the full read next to the chunk's share of the cells;
@@ -49,6 +51,56 @@ DENSE_SHAPE = (50_000, 1_000)  # obsm/dense: 200 MB of float32 for the .npy wind
 # and obs's CSV takes tens of milliseconds: the best of five, taken in turns, is a steadier
 # measure than the best of two, or five on one side and then five on the other.
 TRIES = 5
+
+
+WIDE_ROWS = 1_000_000
+WIDE_VERSION = "1"  # bump to rebuild the wide obs
+
+
+def build_wide(root: Path) -> Path:
+    """A collection with a wide obs (ids, ten categorical columns, floats, integers, a
+    flag, a nullable free-text column) and a small var to warm a mount with."""
+    uri = root / "wide"
+    stamp = root / f".built-wide-{WIDE_VERSION}"
+    if stamp.exists():
+        return uri
+    shutil.rmtree(uri, ignore_errors=True)
+    print(f"building {uri}: an obs of {WIDE_ROWS} rows x 28 columns ...", flush=True)
+    rng = np.random.default_rng(1)
+    n = WIDE_ROWS
+    columns = {
+        "soma_joinid": pa.array(np.arange(n, dtype=np.int64)),
+        "obs_id": pa.array([f"AAACCTGAGAAACCAT-{i}" for i in range(n)], pa.large_string()),
+    }
+    for k in range(10):
+        labels = pa.array([f"type_{k}_{j}" for j in range(5 + 40 * k)], pa.large_string())
+        codes = rng.integers(0, len(labels), n).astype(np.int16)
+        columns[f"cat{k}"] = pa.DictionaryArray.from_arrays(pa.array(codes), labels)
+    for k in range(8):
+        columns[f"f{k}"] = pa.array(rng.standard_normal(n).astype(np.float32 if k % 2 else np.float64))
+    for k in range(6):
+        columns[f"i{k}"] = pa.array(rng.integers(0, 10**k * 100, n))
+    columns["flag"] = pa.array(rng.random(n) < 0.5)
+    columns["note"] = pa.array(
+        [None if i % 7 == 0 else f'note, "{i}"' for i in range(n)], pa.large_string()
+    )
+    obs = pa.table(columns)
+    var = pa.table(
+        {
+            "soma_joinid": pa.array(np.arange(N_VAR, dtype=np.int64)),
+            "var_id": pa.array([f"gene_{i:05d}" for i in range(N_VAR)], pa.large_string()),
+        }
+    )
+    with tiledbsoma.Collection.create(str(uri)) as coll:
+        coll.add_new_dataframe("obs", schema=obs.schema, domain=[(0, n - 1)])
+        coll.add_new_dataframe("var", schema=var.schema, domain=[(0, N_VAR - 1)])
+    time.sleep(0.01)  # see build()
+    with tiledbsoma.open(str(uri / "obs"), "w") as df:
+        df.write(obs)
+    with tiledbsoma.open(str(uri / "var"), "w") as df:
+        df.write(var)
+    stamp.touch()
+    return uri
 
 
 def build(root: Path) -> Path:
@@ -231,27 +283,37 @@ def main() -> int:
     parser.add_argument("--data", default=str(REPO / "bench-data"), help="where to build the data set")
     args = parser.parse_args()
     uri = build(Path(args.data))
+    wide = build_wide(Path(args.data))
     x_uri = str(uri / "ms" / "RNA" / "X" / "data")
     obs_uri = str(uri / "obs")
+    wide_uri = str(wide / "obs")
     scratch = Path(tempfile.mkdtemp(prefix="soma-bench-out-"))
     rows = []
     peak = 0.0
     try:
-        for name, rel, ref in [
-            ("X csv", "ms/RNA/X/data/data.csv", lambda: python_csv(x_uri, scratch / "x.csv")),
-            ("obs csv", "obs/data.csv", lambda: python_csv(obs_uri, scratch / "obs.csv")),
-            ("X parquet", "ms/RNA/X/data/data.parquet", lambda: python_parquet(x_uri, scratch / "x.parquet")),
+        # (what, store, file, another array's file to warm with, the Python path)
+        for name, store, rel, warm, ref in [
+            ("X csv", uri, "ms/RNA/X/data/data.csv", "ms/RNA/var/data.csv",
+             lambda: python_csv(x_uri, scratch / "x.csv")),
+            ("obs csv", uri, "obs/data.csv", "ms/RNA/var/data.csv",
+             lambda: python_csv(obs_uri, scratch / "obs.csv")),
+            ("X parquet", uri, "ms/RNA/X/data/data.parquet", "ms/RNA/var/data.csv",
+             lambda: python_parquet(x_uri, scratch / "x.parquet")),
+            ("wide csv", wide, "obs/data.csv", "var/data.csv",
+             lambda: python_csv(wide_uri, scratch / "wide.csv")),
+            ("wide parquet", wide, "obs/data.parquet", "var/data.csv",
+             lambda: python_parquet(wide_uri, scratch / "wide.parquet")),
         ]:
             t_ref = t_mount = float("inf")
             size = 0
             # The sides take turns, so a slow phase of the machine falls on both alike.
             for _ in range(TRIES):
                 t_ref = min(t_ref, timed(ref))
-                with Mount(uri) as m:
+                with Mount(store) as m:
                     # Warm like the Python side (which runs in one interpreter): the
                     # daemon first serves another array's file, so the timed read pays for
                     # generating its file, not for the process's first libtiledb query.
-                    cat(m.dir / "ms/RNA/var/data.csv")
+                    cat(m.dir / warm)
 
                     def run():
                         nonlocal size
