@@ -57,6 +57,16 @@ WIDE_ROWS = 1_000_000
 WIDE_VERSION = "1"  # bump to rebuild the wide obs
 
 
+def var_table() -> pa.Table:
+    """The experiment's var: N_VAR genes, a join id and a name each."""
+    return pa.table(
+        {
+            "soma_joinid": pa.array(np.arange(N_VAR, dtype=np.int64)),
+            "var_id": pa.array([f"gene_{i:05d}" for i in range(N_VAR)], pa.large_string()),
+        }
+    )
+
+
 def build_wide(root: Path) -> Path:
     """A collection with a wide obs (ids, ten categorical columns, floats, integers, a
     flag, a nullable free-text column) and a small var to warm a mount with."""
@@ -85,12 +95,7 @@ def build_wide(root: Path) -> Path:
         [None if i % 7 == 0 else f'note, "{i}"' for i in range(n)], pa.large_string()
     )
     obs = pa.table(columns)
-    var = pa.table(
-        {
-            "soma_joinid": pa.array(np.arange(N_VAR, dtype=np.int64)),
-            "var_id": pa.array([f"gene_{i:05d}" for i in range(N_VAR)], pa.large_string()),
-        }
-    )
+    var = var_table()
     with tiledbsoma.Collection.create(str(uri)) as coll:
         coll.add_new_dataframe("obs", schema=obs.schema, domain=[(0, n - 1)])
         coll.add_new_dataframe("var", schema=var.schema, domain=[(0, N_VAR - 1)])
@@ -125,12 +130,7 @@ def build(root: Path) -> Path:
             "percent_mito": pa.array(rng.random(N_OBS).astype(np.float32)),
         }
     )
-    var = pa.table(
-        {
-            "soma_joinid": pa.array(np.arange(N_VAR, dtype=np.int64)),
-            "var_id": pa.array([f"gene_{i:05d}" for i in range(N_VAR)], pa.large_string()),
-        }
-    )
+    var = var_table()
     # Create every object first and write afterwards: tiledbsoma 2.3.0 loses the labels an
     # enumeration gets from a write made in the same millisecond as its schema.
     with tiledbsoma.Experiment.create(str(uri)) as exp:

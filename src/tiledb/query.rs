@@ -80,17 +80,18 @@ struct ColumnBuffers {
 }
 
 impl ColumnBuffers {
-    /// For a var-sized column: the bytes to allow per cell, the average of the
-    /// `cells_returned` cells read so far and a quarter more, or a guess before any.
-    fn var_cell_bytes(&self, cells_returned: u64) -> Option<usize> {
+    /// Data bytes to allow per cell: a fixed-size cell's size, or for a var-sized column
+    /// the average of the `cells_returned` cells read so far and a quarter more (a guess
+    /// before any).
+    fn data_bytes_per_cell(&self, cells_returned: u64) -> usize {
         if !self.spec.is_var() {
-            return None;
+            return self.spec.cell_size();
         }
         if cells_returned == 0 {
-            return Some(VAR_CELL_GUESS);
+            return VAR_CELL_GUESS;
         }
         let average = self.var_bytes_returned.div_ceil(cells_returned) as usize;
-        Some((average + average / 4).max(1))
+        (average + average / 4).max(1)
     }
 }
 
@@ -287,16 +288,14 @@ impl ReadQuery {
         Ok(query)
     }
 
-    /// Bytes of one cell of every column, var-sized ones at the size read so far (a
-    /// quarter more, for the variation from batch to batch).
+    /// Buffer bytes of one cell of every column: its data, offset and validity.
     fn row_bytes(&self) -> usize {
         self.columns
             .iter()
             .map(|c| {
-                let value = c
-                    .var_cell_bytes(self.cells_returned)
-                    .map_or(c.spec.cell_size(), |v| v + 8);
-                value + usize::from(c.spec.nullable)
+                c.data_bytes_per_cell(self.cells_returned)
+                    + 8 * usize::from(c.spec.is_var())
+                    + usize::from(c.spec.nullable)
             })
             .sum::<usize>()
             .max(1)
@@ -306,10 +305,9 @@ impl ReadQuery {
     fn size_buffers(&mut self, cells: usize) {
         let cells_returned = self.cells_returned;
         for c in &mut self.columns {
-            let data = match c.var_cell_bytes(cells_returned) {
-                Some(bytes) => cells.saturating_mul(bytes).max(64),
-                None => cells * c.spec.cell_size(),
-            };
+            let data = cells.saturating_mul(c.data_bytes_per_cell(cells_returned));
+            // A var-sized batch of empty cells still gets a buffer.
+            let data = if c.spec.is_var() { data.max(64) } else { data };
             let offsets = if c.spec.is_var() { cells + 1 } else { 0 };
             let validity = if c.spec.nullable { cells } else { 0 };
             c.capacity = (data, offsets, validity);
