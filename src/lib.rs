@@ -5,6 +5,7 @@
 //! [`format`]. `src/main.rs` is the command line that mounts it.
 
 pub mod digest;
+pub mod fault;
 pub mod format;
 pub mod fs;
 pub mod soma;

@@ -1,12 +1,14 @@
-//! Locks that outlive a panic, work done once per key at a time, and the background work the
-//! daemon waits for before it exits.
+//! Locks that outlive a panic, panics turned into errors, work done once per key at a time,
+//! and the background work the daemon waits for before it exits.
 //!
 //! A thread that panics while holding a lock poisons it; every lock in soma-mount guards data
 //! that each use leaves consistent (one insert, one swap, one read), so a poisoned lock's
 //! data is taken as it is rather than failing every FUSE request after it.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, LockResult, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -20,6 +22,29 @@ impl<Guard> Recover<Guard> for LockResult<Guard> {
     fn recover(self) -> Guard {
         self.unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// What a panic said, as text.
+pub fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}
+
+/// Runs `work`, turning a panic inside it into an error that says so: a bug in one read
+/// fails that read, never the thread that serves everyone else's. Whatever `work` touched
+/// is dropped or left to locks that [`Recover`].
+pub fn catch_panic<T>(work: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(work)).map_err(|payload| {
+        format!(
+            "internal error (a bug in soma-mount): {}",
+            panic_message(&*payload)
+        )
+    })
 }
 
 /// Work done once per key at a time: a caller that comes while the work on its key is under

@@ -203,7 +203,11 @@ impl Lane {
         to_writer: mpsc::SyncSender<Encoded>,
     ) {
         for piece in pieces {
-            let text = self.encode(encoder, &piece);
+            let text = crate::sync::catch_panic(|| {
+                crate::fault::pass(crate::fault::Point::Encode);
+                self.encode(encoder, &piece)
+            })
+            .unwrap_or_else(|panic| Err(io::Error::other(panic)));
             let failed = text.is_err();
             if to_writer.send(text).is_err() || failed {
                 return;

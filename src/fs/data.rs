@@ -10,7 +10,9 @@ use crate::format::png::{self, ImageAxis};
 use crate::format::text::TextBuf;
 use crate::format::{self, mtx, TableFormat};
 use crate::soma::tenx::{Positions, TenxLayer};
-use crate::soma::{dense_values, estimated_cells, ArrayObject, BatchReader, Prefetch, BATCH_BYTES};
+use crate::soma::{
+    dense_values, estimated_cells, ArrayObject, BatchReader, ReadAhead, BATCH_BYTES,
+};
 use crate::sync::Background;
 
 use super::cache::{CacheKey, ContentCache};
@@ -80,7 +82,7 @@ pub fn open_table(
     );
     let reader =
         BatchReader::open(array, &table.selection, BATCH_BYTES).map_err(|e| io_error(&what, e))?;
-    let mut reader = Prefetch::start(reader).map_err(|e| io_error(&what, e))?;
+    let mut reader = ReadAhead::start(reader).map_err(|e| io_error(&what, e))?;
     let schema = reader.schema();
     let mut next_batch = move || reader.next_batch().map_err(io::Error::other);
     if !whole {
@@ -118,10 +120,14 @@ fn open_whole(
         }
         let started = std::time::Instant::now();
         let (pending, file) = cache.begin(key).map_err(|e| io_error(what, e))?;
-        let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, &file);
-        generate(&mut out).map_err(|e| io_error(what, e))?;
-        io::Write::flush(&mut out).map_err(|e| io_error(what, e))?;
-        drop(out);
+        let written = crate::sync::catch_panic(|| {
+            let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, &file);
+            generate(&mut out)?;
+            io::Write::flush(&mut out)
+        })
+        .unwrap_or_else(|panic| Err(io::Error::other(panic)));
+        // A generation that failed leaves nothing: `pending` removes its file when dropped.
+        written.map_err(|e| io_error(what, e))?;
         let size = file.metadata().map_err(|e| io_error(what, e))?.len();
         cache.commit(pending, size).map_err(|e| io_error(what, e))?;
         debug!("generated {what}: {size} bytes in {:?}", started.elapsed());

@@ -104,20 +104,26 @@ impl Stream {
         std::thread::Builder::new()
             .name("soma-generate".into())
             .spawn(move || {
+                // Whatever happens below, the stream ends with an outcome: readers never
+                // wait for a generator that is gone.
+                let outcome = Finish(&producer);
                 let mut sink = StreamSink {
                     stream: &producer,
                     file,
                 };
                 let started = std::time::Instant::now();
-                let result = generate(&mut sink).and_then(|()| {
+                let result = crate::sync::catch_panic(|| {
+                    generate(&mut sink)?;
+                    crate::fault::pass(crate::fault::Point::Commit);
                     let produced = producer.lock().produced;
+                    // Only a generation that ran to its end is committed.
                     cache.commit(pending, produced)?;
                     log::debug!("streamed {produced} bytes in {:?}", started.elapsed());
                     Ok(())
-                });
+                })
+                .unwrap_or_else(|panic| Err(io::Error::other(panic)));
                 // A failure reaches the reader as EIO, which logs it once.
-                producer.lock().finished = Some(result.map_err(|e| e.to_string()));
-                producer.changed.notify_all();
+                outcome.set(result.map_err(|e| e.to_string()));
                 drop(task);
             })?;
         Ok(stream)
@@ -149,6 +155,27 @@ impl Stream {
     fn cancel(&self) {
         self.lock().cancelled = true;
         self.changed.notify_all();
+    }
+}
+
+/// Sets a stream's outcome when the generator thread ends, however it ends: an outcome not
+/// set by then (a panic that got past everything) is a failure.
+struct Finish<'a>(&'a Stream);
+
+impl Finish<'_> {
+    fn set(self, outcome: Result<(), String>) {
+        self.0.lock().finished = Some(outcome);
+    }
+}
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        if state.finished.is_none() {
+            state.finished = Some(Err("the generator thread ended without an outcome".into()));
+        }
+        drop(state);
+        self.0.changed.notify_all();
     }
 }
 

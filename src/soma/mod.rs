@@ -13,6 +13,6 @@ pub mod spatial;
 pub mod tenx;
 
 pub use object::{ArrayObject, GroupObject, SomaObject, SomaType, Store};
-pub use reader::{dense_values, BatchReader, Prefetch, Selection, BATCH_BYTES};
+pub use reader::{dense_values, BatchReader, ReadAhead, Selection, BATCH_BYTES};
 pub use schema::{arrow_type, Column, SomaSchema};
 pub use slice::{chunks, estimated_cells};

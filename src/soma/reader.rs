@@ -9,6 +9,15 @@
 //! extent of the first dimension) at a time: within a band, cells with the same leading
 //! coordinates arrive in increasing order of the last, so a stable sort on the leading
 //! coordinates of an almost-sorted band is all it takes. Anything else is read row-major.
+//!
+//! Bands are counted as libtiledb lays out tiles: from the lower bound of the schema's
+//! domain, which tiledbsoma sets far below the current domain (for an int64 column, near
+//! the bottom of the int64 range), so a band seldom starts at the current domain's start.
+//! The arithmetic is done in `i128`, where no coordinate, bound or extent overflows.
+//!
+//! A read ends only when libtiledb says it has returned everything: a reader thread that
+//! dies ([`ReadAhead`]) is an error for its consumer, never an early end, and a dense read
+//! that returns fewer or more cells than it selected is an error too.
 
 use std::collections::VecDeque;
 use std::sync::mpsc;
@@ -74,6 +83,9 @@ pub struct BatchReader {
     bands: Option<BandSorter>,
     /// Sorted batches ready to hand out.
     ready: VecDeque<RecordBatch>,
+    /// The rows a dense read selects: it must return exactly these.
+    expected_rows: Option<u64>,
+    rows_returned: u64,
 }
 
 /// Cells a query of a band-sorted read aims for (its runs of bands are sized to it).
@@ -83,8 +95,8 @@ const CELLS_PER_QUERY: u64 = 4 << 20;
 enum Plan {
     /// libtiledb returns them sorted in this layout.
     Sorted(Layout),
-    /// Global order, sorted band by band.
-    Bands { extent: i128, lo: i128 },
+    /// Global order, sorted band by band: bands of `extent` rows from `origin`.
+    Bands { extent: i128, origin: i128 },
 }
 
 fn tiledb_err(e: impl std::fmt::Display) -> tiledb::Error {
@@ -99,24 +111,31 @@ fn plan(array: &ArrayObject) -> Plan {
     }
     let index: Vec<&Column> = schema.index_columns().collect();
     let row_major = schema.tile_order == Order::RowMajor && schema.cell_order == Order::RowMajor;
-    if !row_major || !index.iter().all(|c| c.arrow_type.is_integer()) {
+    if !row_major {
         return Plan::Sorted(Layout::RowMajor);
     }
     if index.len() == 1 {
-        // One dimension: global order is sorted order.
+        // One dimension, of any type: global order is sorted order.
         return Plan::Sorted(Layout::GlobalOrder);
     }
     if !index.iter().all(|c| c.arrow_type == DataType::Int64) {
         return Plan::Sorted(Layout::RowMajor);
     }
-    let lo = index[0]
-        .domain
+    let origin = index[0]
+        .schema_domain
         .as_ref()
-        .and_then(|(lo, _)| lo.as_i128())
-        .unwrap_or(0);
-    match schema.first_tile_extent() {
-        Some(extent) => Plan::Bands { extent, lo },
-        None => Plan::Sorted(Layout::RowMajor),
+        .and_then(|(lo, _)| lo.as_i128());
+    match (schema.first_tile_extent(), origin) {
+        (Some(extent), Some(origin)) => Plan::Bands { extent, origin },
+        _ => Plan::Sorted(Layout::RowMajor),
+    }
+}
+
+/// The layout a sorted plan reads in (`None` for band-sorted reads).
+fn plan_layout(plan: &Plan) -> Option<Layout> {
+    match plan {
+        Plan::Sorted(layout) => Some(*layout),
+        Plan::Bands { .. } => None,
     }
 }
 
@@ -144,21 +163,35 @@ fn tile_unit(array: &ArrayObject, ranges: &[Vec<(Value, Value)>]) -> Option<Tile
     u64::try_from(cells).ok().map(TileUnit::DenseBand)
 }
 
+/// The cells that integer ranges select (one list per dimension, each filled), if countable.
+fn selected_cells(ranges: &[Vec<(Value, Value)>]) -> Option<u64> {
+    let mut cells: u128 = 1;
+    for dim_ranges in ranges {
+        let width: i128 = dim_ranges
+            .iter()
+            .map(|(lo, hi)| Some((hi.as_i128()? - lo.as_i128()? + 1).max(0)))
+            .sum::<Option<i128>>()?;
+        cells = cells.checked_mul(u128::try_from(width).ok()?)?;
+    }
+    u64::try_from(cells).ok()
+}
+
 /// The runs of rows a band-sorted read of `range` (inclusive, on the first dimension) goes
-/// through. When `first`, it opens with a run of the few rows that hold about
-/// `FIRST_RUN_CELLS` cells and the rest of their band; then come runs of whole bands of
-/// about `CELLS_PER_QUERY` cells. Every run ends at a band's end or at the range's.
+/// through, for bands of `extent` rows from `origin`. When `first`, it opens with a run of
+/// the few rows that hold about `FIRST_RUN_CELLS` cells and the rest of their band; then
+/// come runs of whole bands of about `CELLS_PER_QUERY` cells. Every run ends at a band's end
+/// or at the range's.
 fn band_runs(
     range: (i128, i128),
     extent: i128,
-    lo: i128,
+    origin: i128,
     cells_per_band: u64,
     first: bool,
 ) -> VecDeque<(i128, i128)> {
     let bands_per_run = (CELLS_PER_QUERY / cells_per_band.max(1)).clamp(1, 1 << 20) as i128;
     let band_end = |row: i128, bands: i128| {
-        let band = (row - lo).div_euclid(extent);
-        (lo + (band + bands) * extent - 1).min(range.1)
+        let band = (row - origin).div_euclid(extent);
+        (origin + (band + bands) * extent - 1).min(range.1)
     };
     let mut runs = VecDeque::new();
     let mut start = range.0;
@@ -216,7 +249,7 @@ impl BatchReader {
                 }
             }
         }
-        let condition = match &selection.equals {
+        let label_condition = match &selection.equals {
             Some((name, label)) => {
                 // The label in the enumeration's own type: text, or a native value.
                 let datatype = array
@@ -250,15 +283,38 @@ impl BatchReader {
         {
             plan = Plan::Sorted(Layout::RowMajor);
         }
+        let mut condition = label_condition;
+        if plan_layout(&plan) == Some(Layout::RowMajor) {
+            // libtiledb 2.30's row-major reader crashes (SIGSEGV in its tile overlap ratio)
+            // on a range of a string dimension when a tile holds only empty strings there:
+            // an exact value of a string column is a condition on it instead of a range.
+            for (dim_ranges, column) in ranges.iter_mut().zip(array.schema.index_columns()) {
+                let [(Value::Text(lo), Value::Text(hi))] = dim_ranges.as_slice() else {
+                    continue;
+                };
+                if lo != hi {
+                    continue;
+                }
+                let equals = QueryCondition::equals(&handle, &column.name, Some(lo.as_bytes()))?;
+                condition = Some(match condition {
+                    Some(other) => other.and(&equals)?,
+                    None => equals,
+                });
+                dim_ranges.clear();
+            }
+        }
         let mut runs = VecDeque::new();
         let mut expected_cells = super::estimated_cells(array, selection);
         let (layout, bands) = match plan {
             Plan::Sorted(layout) => (layout, None),
-            Plan::Bands { extent, lo } => {
+            Plan::Bands { extent, origin } => {
                 // Read in runs of bands across what is stored (and selected) on dimension 0.
                 let stored = array.non_empty_domain.first().cloned().flatten();
                 let stored = stored.and_then(|(a, b)| Some((a.as_i128()?, b.as_i128()?)));
-                let stored_bands = stored.map_or(1, |s| ((s.1 - s.0) / extent + 1) as u64);
+                let stored_bands = stored.map_or(1, |s| {
+                    let band = |row: i128| (row - origin).div_euclid(extent);
+                    u64::try_from(band(s.1) - band(s.0) + 1).unwrap_or(u64::MAX)
+                });
                 let cells_per_band = array.stored_cells() / stored_bands.max(1);
                 expected_cells = cells_per_band;
                 let mut selected: Vec<(i128, i128)> = match ranges[0].as_slice() {
@@ -274,15 +330,15 @@ impl BatchReader {
                 };
                 selected.sort_unstable();
                 for (i, range) in selected.into_iter().enumerate() {
-                    runs.extend(band_runs(range, extent, lo, cells_per_band, i == 0));
+                    runs.extend(band_runs(range, extent, origin, cells_per_band, i == 0));
                 }
                 if runs.is_empty() {
                     // Nothing stored in the selected ranges: an empty read.
                     runs.push_back((1, 0));
                 }
                 let sorter = BandSorter {
-                    extent: extent as i64,
-                    lo: lo as i64,
+                    extent,
+                    origin,
                     key_columns: index_columns - 1,
                     band: None,
                     pending: Vec::new(),
@@ -291,6 +347,11 @@ impl BatchReader {
             }
         };
         let unit = tile_unit(array, &ranges);
+        let expected_rows = if array.schema.dense && condition.is_none() {
+            selected_cells(&ranges)
+        } else {
+            None
+        };
         let labels = columns
             .iter()
             .map(|c| c.enumeration.as_ref().map(labels_array).transpose())
@@ -311,10 +372,13 @@ impl BatchReader {
             labels,
             bands,
             ready: VecDeque::new(),
+            expected_rows,
+            rows_returned: 0,
         };
         if selection.is_empty() {
             // A range outside the domain: nothing to read.
             reader.runs = VecDeque::from([(1, 0)]);
+            reader.expected_rows = Some(0);
         } else if reader.runs.is_empty() {
             reader.query = Some(reader.new_query(None)?);
         }
@@ -359,6 +423,24 @@ impl BatchReader {
 
     /// The next batch of rows, `None` at the end.
     pub fn next_batch(&mut self) -> tiledb::Result<Option<RecordBatch>> {
+        let next = self.next_sorted_batch()?;
+        match &next {
+            Some(batch) => self.rows_returned += batch.num_rows() as u64,
+            None => {
+                if let Some(expected) = self.expected_rows {
+                    if expected != self.rows_returned {
+                        return Err(tiledb::Error::new(format!(
+                            "a dense read returned {} cells of the {expected} it selects",
+                            self.rows_returned
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(next)
+    }
+
+    fn next_sorted_batch(&mut self) -> tiledb::Result<Option<RecordBatch>> {
         loop {
             if let Some(batch) = self.ready.pop_front() {
                 return Ok(Some(batch));
@@ -424,11 +506,12 @@ enum Step {
 
 /// Sorts a global-order read band by band (see the module's notes).
 struct BandSorter {
-    extent: i64,
-    lo: i64,
+    /// Bands are `extent` rows of the first dimension, counted from `origin`.
+    extent: i128,
+    origin: i128,
     /// The leading index columns to sort on: all but the last.
     key_columns: usize,
-    band: Option<i64>,
+    band: Option<i128>,
     pending: Vec<RecordBatch>,
 }
 
@@ -450,18 +533,26 @@ impl BandSorter {
         let first = int64_values(batch.column(0))?;
         let mut start = 0;
         while start < first.len() {
-            let band = (first[start] - self.lo).div_euclid(self.extent);
+            let band = self.band_of(first[start]);
             if self.band != Some(band) {
                 self.finish_band(ready)?;
                 self.band = Some(band);
             }
             // Bands never decrease in global order: the band ends where values reach the next.
-            let next_band_lo = self.lo + (band + 1) * self.extent;
-            let end = start + first[start..].partition_point(|&v| v < next_band_lo);
+            let next_band_start = self.band_start(band + 1);
+            let end = start + first[start..].partition_point(|&v| i128::from(v) < next_band_start);
             self.pending.push(batch.slice(start, end - start));
             start = end;
         }
         Ok(())
+    }
+
+    fn band_of(&self, row: i64) -> i128 {
+        (i128::from(row) - self.origin).div_euclid(self.extent)
+    }
+
+    fn band_start(&self, band: i128) -> i128 {
+        self.origin + band * self.extent
     }
 
     /// Sorts the band held so far into `ready`.
@@ -475,12 +566,12 @@ impl BandSorter {
         self.pending.clear();
         let order = if self.key_columns == 1 {
             // Two dimensions: a counting sort on the first coordinate's place in the band.
-            let band_lo = self.lo + band * self.extent;
+            let band_start = self.band_start(band);
             let places: Vec<usize> = int64_values(rows.column(0))?
                 .iter()
-                .map(|&v| (v - band_lo) as usize)
+                .map(|&v| (i128::from(v) - band_start) as usize)
                 .collect();
-            counting_sort(&places, self.extent as usize)
+            counting_sort(&places, usize::try_from(self.extent).unwrap_or(usize::MAX))
         } else {
             let keys = (0..self.key_columns)
                 .map(|i| int64_values(rows.column(i)))
@@ -531,33 +622,40 @@ fn counting_sort(places: &[usize], buckets: usize) -> Vec<u32> {
 /// A reader running on its own thread, one batch ahead of its consumer: reading and
 /// encoding overlap. Dropping it stops the reader at its next batch and waits for that (a
 /// query under way finishes its batch first): whoever drops it knows the read is over.
-pub struct Prefetch {
-    batches: mpsc::Receiver<tiledb::Result<RecordBatch>>,
+///
+/// The thread says where the read ends: its last message is the end or an error. A thread
+/// that panics sends its panic as an error, and a channel that closes without either (a
+/// thread that died some other way) is an error for the consumer too, never the end.
+pub struct ReadAhead {
+    batches: mpsc::Receiver<tiledb::Result<Option<RecordBatch>>>,
     schema: SchemaRef,
     reader: Option<std::thread::JoinHandle<()>>,
+    ended: bool,
 }
 
-impl Prefetch {
-    pub fn start(mut reader: BatchReader) -> std::io::Result<Prefetch> {
+impl ReadAhead {
+    pub fn start(mut reader: BatchReader) -> std::io::Result<ReadAhead> {
         let schema = reader.schema();
         let (tx, rx) = mpsc::sync_channel(1);
         let reader = std::thread::Builder::new()
             .name("soma-read".into())
             .spawn(move || loop {
-                let next = match reader.next_batch() {
-                    Ok(Some(batch)) => Ok(batch),
-                    Ok(None) => return,
-                    Err(e) => Err(e),
-                };
-                let failed = next.is_err();
-                if tx.send(next).is_err() || failed {
+                let next = crate::sync::catch_panic(|| {
+                    let next = reader.next_batch();
+                    crate::fault::pass(crate::fault::Point::Read);
+                    next
+                })
+                .unwrap_or_else(|panic| Err(tiledb::Error::new(panic)));
+                let last = !matches!(next, Ok(Some(_)));
+                if tx.send(next).is_err() || last {
                     return;
                 }
             })?;
-        Ok(Prefetch {
+        Ok(ReadAhead {
             batches: rx,
             schema,
             reader: Some(reader),
+            ended: false,
         })
     }
 
@@ -567,11 +665,20 @@ impl Prefetch {
 
     /// The next batch, `None` at the end.
     pub fn next_batch(&mut self) -> tiledb::Result<Option<RecordBatch>> {
-        self.batches.recv().ok().transpose()
+        if self.ended {
+            return Ok(None);
+        }
+        let next = self.batches.recv().unwrap_or_else(|_| {
+            Err(tiledb::Error::new(
+                "the read thread stopped before the end of the data",
+            ))
+        });
+        self.ended = !matches!(next, Ok(Some(_)));
+        next
     }
 }
 
-impl Drop for Prefetch {
+impl Drop for ReadAhead {
     fn drop(&mut self) {
         // The receiving end goes first: a reader waiting to hand over a batch, or done with
         // the one it reads, finds no one to take it and returns.
@@ -640,6 +747,9 @@ fn labels_array(e: &EnumerationInfo) -> tiledb::Result<ArrayRef> {
                 .iter()
                 .map(|v| Some(matches!(v, Value::Bool(true)))),
         ))
+    } else if e.values.is_empty() {
+        // An enumeration without labels (a column of nulls): no buffer to align.
+        new_empty_array(&super::schema::arrow_type(e.datatype, 1))
     } else {
         let dt = super::schema::arrow_type(e.datatype, 1);
         let bytes: Vec<u8> = e
@@ -651,7 +761,7 @@ fn labels_array(e: &EnumerationInfo) -> tiledb::Result<ArrayRef> {
         make_array(
             arrow_data::ArrayData::builder(dt)
                 .len(e.values.len())
-                .add_buffer(Buffer::from(bytes))
+                .add_buffer(values_buffer(bytes))
                 .build()
                 .map_err(tiledb_err)?,
         )
@@ -780,6 +890,58 @@ mod tests {
         // Later ranges of a read start with whole bands (here a band a run).
         let runs: Vec<_> = band_runs((250, 420), 100, 0, 5_000_000, false).into();
         assert_eq!(runs, [(250, 299), (300, 399), (400, 420)]);
+    }
+
+    #[test]
+    fn bands_are_counted_from_the_schema_domain() {
+        // tiledbsoma's int64 domains start at i64::MIN, which is 1 modulo 3: with an extent
+        // of 3, tiles start at -2, 1, 4, 7…, not at the current domain's 0.
+        let origin = i128::from(i64::MIN);
+        let runs: Vec<_> = band_runs((0, 10), 3, origin, CELLS_PER_QUERY, false).into();
+        assert_eq!(runs, [(0, 0), (1, 3), (4, 6), (7, 9), (10, 10)]);
+    }
+
+    #[test]
+    fn a_global_order_read_is_sorted_band_by_band_from_any_origin() {
+        // Two dimensions, bands of 3 rows from i64::MIN, tiles of one column of the second:
+        // global order is band by band, in a band column by column, in a column by row.
+        let origin = i128::from(i64::MIN);
+        let band_of = |a: i64| (i128::from(a) - origin).div_euclid(3);
+        let mut cells: Vec<(i64, i64)> = (-5..10).flat_map(|a| [(a, 0), (a, 1)]).collect();
+        cells.sort_by_key(|&(a, b)| (band_of(a), b, a));
+        let schema = Arc::new(arrow_schema::Schema::new(vec![
+            arrow_schema::Field::new("a", DataType::Int64, false),
+            arrow_schema::Field::new("b", DataType::Int64, false),
+        ]));
+        let column = |f: fn(&(i64, i64)) -> i64| -> ArrayRef {
+            Arc::new(arrow_array::Int64Array::from_iter_values(
+                cells.iter().map(f),
+            ))
+        };
+        let batch = RecordBatch::try_new(schema, vec![column(|c| c.0), column(|c| c.1)]).unwrap();
+        let mut sorter = BandSorter {
+            extent: 3,
+            origin,
+            key_columns: 1,
+            band: None,
+            pending: Vec::new(),
+        };
+        let mut ready = VecDeque::new();
+        // Batches end anywhere: feed it in pieces of 4 rows.
+        for start in (0..batch.num_rows()).step_by(4) {
+            let len = 4.min(batch.num_rows() - start);
+            sorter.push(&batch.slice(start, len), &mut ready).unwrap();
+        }
+        sorter.finish_band(&mut ready).unwrap();
+        let mut out = Vec::new();
+        for b in &ready {
+            let a = int64_values(b.column(0)).unwrap();
+            let c = int64_values(b.column(1)).unwrap();
+            out.extend(a.iter().copied().zip(c.iter().copied()));
+        }
+        let mut sorted = cells.clone();
+        sorted.sort();
+        assert_eq!(out, sorted);
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub struct Column {
     pub is_index: bool,
     /// For index columns: the current domain where the array has one, else the schema's.
     pub domain: Option<Bounds>,
+    /// For index columns: the schema's domain, which libtiledb lays its space tiles out from
+    /// (tiledbsoma sets it far wider than the current domain: for an int64 column, nearly the
+    /// whole int64 range).
+    pub schema_domain: Option<Bounds>,
     /// For integer index columns: the space tile's extent.
     pub tile_extent: Option<Value>,
     /// For enumerated columns: the labels.
@@ -135,6 +139,7 @@ impl SomaSchema {
                     nullable: false,
                     is_index: true,
                     domain: current.or_else(|| dim.domain.clone()),
+                    schema_domain: dim.domain.clone(),
                     tile_extent: dim.tile_extent.clone(),
                     enumeration: None,
                 }
@@ -159,6 +164,7 @@ impl SomaSchema {
                 nullable: attr.nullable,
                 is_index: false,
                 domain: None,
+                schema_domain: None,
                 tile_extent: None,
                 enumeration,
             }

@@ -42,6 +42,7 @@ pub const TILEDB_COMPLETED: tiledb_query_status_t = 1;
 pub const TILEDB_INCOMPLETE: tiledb_query_status_t = 3;
 
 pub const TILEDB_EQ: tiledb_query_condition_op_t = 4;
+pub const TILEDB_AND: tiledb_query_condition_combination_op_t = 0;
 pub const TILEDB_OR: tiledb_query_condition_combination_op_t = 1;
 
 pub const TILEDB_NDRECTANGLE: tiledb_current_domain_type_t = 0;
@@ -567,6 +568,13 @@ extern "C" {
         condition_value: *const c_void,
         condition_value_size: u64,
         op: tiledb_query_condition_op_t,
+    ) -> capi_return_t;
+    pub fn tiledb_query_condition_combine(
+        ctx: *mut tiledb_ctx_t,
+        left_cond: *const tiledb_query_condition_t,
+        right_cond: *const tiledb_query_condition_t,
+        combination_op: tiledb_query_condition_combination_op_t,
+        combined_cond: *mut *mut tiledb_query_condition_t,
     ) -> capi_return_t;
     pub fn tiledb_query_condition_set_use_enumeration(
         ctx: *mut tiledb_ctx_t,

@@ -591,6 +591,22 @@ impl QueryCondition {
         )?;
         Ok(condition)
     }
+
+    /// The cells that match both `self` and `other`.
+    pub fn and(&self, other: &QueryCondition) -> Result<QueryCondition> {
+        let ctx = self.context();
+        let mut raw = ptr::null_mut();
+        tiledb_call!(
+            ctx,
+            tiledb_query_condition_combine(
+                self.as_ptr(),
+                other.as_ptr(),
+                ffi::TILEDB_AND,
+                &mut raw
+            )
+        )?;
+        QueryCondition::from_raw(ctx, raw)
+    }
 }
 
 #[cfg(test)]
