@@ -77,8 +77,12 @@ ODD_NAMES = {
     ".": "odd_dot",
     "..": "odd_dotdot",
     "": "odd_empty",
+    # Valid as a file name, but it reads as the encoding of "a/b": shown encoded, so that
+    # both members appear, each under a name of its own.
+    "a%2Fb": "odd_looks_encoded",
 }
-# Member names that are valid file names (must appear verbatim, even with '%').
+# Member names that are valid file names and hold no percent escape: shown verbatim (but
+# "pct%41" holds one, so it is shown encoded).
 UNICODE_NAMES = {
     "my data": "my_data",
     "données-ß-細胞": "donnees",

@@ -7,6 +7,7 @@ Nothing here touches a mount; see test_tree.py for the comparisons.
 
 from __future__ import annotations
 
+import re
 import base64
 import json
 import math
@@ -32,18 +33,14 @@ GENERATED_IN_ARRAY_DIR = ("metadata.json", "schema.json")
 
 
 def encode_name(name: str) -> str:
-    """The file name soma-mount shows for a member name (LAYOUT.md, "The tree").
-
-    Names that are valid file names appear verbatim (even with '%'). The others
-    (empty, ".", "..", containing "/" or NUL) are percent-encoded: '%' -> %25,
-    '/' -> %2F, NUL -> %00; "" -> %00, "." -> %2E, ".." -> %2E%2E."""
-    if name == "":
-        return "%00"
-    if name == ".":
-        return "%2E"
-    if name == "..":
-        return "%2E%2E"
-    if "/" in name or "\0" in name:
+    """The file name soma-mount shows for a member name, by the README's rule ("The tree"):
+    a valid file name with no percent escape in it (`%` and two hex digits) is shown as it
+    is; any other name is percent-encoded ('%' -> %25, '/' -> %2F, NUL -> %00; "" -> %00,
+    "." -> %2E, ".." -> %2E%2E), so that every shown name stands for one member alone."""
+    special = {"": "%00", ".": "%2E", "..": "%2E%2E"}
+    if name in special:
+        return special[name]
+    if "/" in name or "\0" in name or re.search("%[0-9A-Fa-f]{2}", name):
         return name.replace("%", "%25").replace("/", "%2F").replace("\0", "%00")
     return name
 
