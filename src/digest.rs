@@ -1,32 +1,83 @@
-//! A stable 128-bit digest of text parts (two FNV-1a hashes), for cache keys and snapshot
-//! identities: the same parts give the same digest in every run and version of Rust.
+//! Digests for cache keys and snapshot identities: BLAKE3 over structured bytes, 128 bits
+//! as hex. Every item is written with a tag and its length, so that no two different
+//! sequences of items (`["ab", ""]` and `["a", "b"]`, a number and the text of it) feed the
+//! hash the same bytes; the same items give the same digest in every run.
 
-/// The digest of `parts`, as 32 hex digits. Each part is hashed with its length, so
-/// different splits of the same text differ.
-pub fn digest<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
-    let mut a: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut b: u64 = 0x6c62_272e_07bb_0142;
-    let mut eat = |bytes: &[u8]| {
-        for &byte in bytes {
-            a = (a ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
-            b = (b ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
-    for part in parts {
-        eat(&(part.len() as u64).to_le_bytes());
-        eat(part.as_bytes());
+/// A digest being made: items go in with [`Digest::text`], [`Digest::bytes`],
+/// [`Digest::number`] and [`Digest::flag`], and [`Digest::finish`] gives its hex.
+#[derive(Clone)]
+pub struct Digest(blake3::Hasher);
+
+impl Digest {
+    /// A digest for `purpose`: digests made for different purposes never collide.
+    pub fn new(purpose: &str) -> Digest {
+        let mut digest = Digest(blake3::Hasher::new());
+        digest.text(purpose);
+        digest
     }
-    format!("{a:016x}{b:016x}")
+
+    fn item(&mut self, tag: u8, bytes: &[u8]) -> &mut Self {
+        self.0.update(&[tag]);
+        self.0.update(&(bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
+        self
+    }
+
+    pub fn text(&mut self, text: &str) -> &mut Self {
+        self.item(b't', text.as_bytes())
+    }
+
+    pub fn bytes(&mut self, bytes: &[u8]) -> &mut Self {
+        self.item(b'b', bytes)
+    }
+
+    pub fn number(&mut self, number: u64) -> &mut Self {
+        self.item(b'n', &number.to_le_bytes())
+    }
+
+    pub fn flag(&mut self, flag: bool) -> &mut Self {
+        self.item(b'f', &[u8::from(flag)])
+    }
+
+    /// Marks what comes next (a variant, an optional value present or not): `tag` must be
+    /// one byte of the caller's own choosing per kind of item.
+    pub fn mark(&mut self, tag: u8) -> &mut Self {
+        self.item(b'm', &[tag])
+    }
+
+    /// The first 128 bits of the hash, as 32 hex digits.
+    pub fn finish(&self) -> String {
+        let hash = self.0.finalize();
+        hash.as_bytes()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::digest;
+    use super::Digest;
+
+    fn of(items: &[&str]) -> String {
+        let mut d = Digest::new("test");
+        for item in items {
+            d.text(item);
+        }
+        d.finish()
+    }
 
     #[test]
-    fn digests_are_stable_and_distinguish_splits() {
-        assert_eq!(digest(["a", "b"]), digest(["a", "b"]));
-        assert_ne!(digest(["ab", ""]), digest(["a", "b"]));
-        assert_eq!(digest(["a"]).len(), 32);
+    fn digests_are_stable_and_distinguish_splits_and_kinds() {
+        assert_eq!(of(&["a", "b"]), of(&["a", "b"]));
+        assert_ne!(of(&["ab", ""]), of(&["a", "b"]));
+        assert_ne!(of(&["ab"]), of(&["a", "b"]));
+        assert_eq!(of(&["a"]).len(), 32);
+        let mut number = Digest::new("test");
+        number.number(7);
+        let mut text = Digest::new("test");
+        text.bytes(&7u64.to_le_bytes());
+        assert_ne!(number.finish(), text.finish());
+        assert_ne!(Digest::new("a").finish(), Digest::new("b").finish());
     }
 }

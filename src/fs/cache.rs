@@ -12,19 +12,32 @@ use std::sync::Mutex;
 
 use log::{debug, warn};
 
+use crate::digest::Digest;
 use crate::sync::{Recover, SingleFlight};
 
 use super::tree::FsResult;
 
-/// A cache key: 128 bits of a stable hash, as hex.
+/// A cache key: a 128-bit digest of what the content is made from, as hex.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CacheKey(String);
 
 impl CacheKey {
-    /// The key of content generated from `parts`, in this version of soma-mount.
+    /// The key of content that `describe` describes to a digest, in this version of
+    /// soma-mount.
+    pub fn of(describe: impl FnOnce(&mut Digest)) -> CacheKey {
+        let mut digest = Digest::new("soma-mount cache entry");
+        digest.text(env!("CARGO_PKG_VERSION"));
+        describe(&mut digest);
+        CacheKey(digest.finish())
+    }
+
+    /// The key of content described by `parts` of text alone.
     pub fn new<'a>(parts: impl IntoIterator<Item = &'a str>) -> CacheKey {
-        let version = std::iter::once(env!("CARGO_PKG_VERSION"));
-        CacheKey(crate::digest::digest(version.chain(parts)))
+        CacheKey::of(|digest| {
+            for part in parts {
+                digest.text(part);
+            }
+        })
     }
 }
 

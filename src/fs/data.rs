@@ -11,7 +11,7 @@ use crate::format::text::TextBuf;
 use crate::format::{self, mtx, TableFormat};
 use crate::soma::tenx::{Positions, TenxLayer};
 use crate::soma::{
-    dense_values, estimated_cells, ArrayObject, BatchReader, ReadAhead, BATCH_BYTES,
+    dense_values, estimated_cells, ArrayObject, BatchReader, ReadAhead, Selection, BATCH_BYTES,
 };
 use crate::sync::Background;
 
@@ -19,6 +19,7 @@ use super::cache::{CacheKey, ContentCache};
 use super::node::{Table, TenxFile};
 use super::open_file::{OpenFile, Stream};
 use super::tree::{FsError, FsResult};
+use crate::digest::Digest;
 
 /// How data files are generated and cached (the command line's options).
 pub struct DataOptions {
@@ -40,19 +41,82 @@ pub fn io_error(what: &str, e: impl std::fmt::Display) -> FsError {
     FsError::Io(format!("{what}: {e}"))
 }
 
-/// The cache key of content made from `arrays` (their snapshots) and `what` of them.
-fn content_key<'a>(arrays: impl IntoIterator<Item = &'a ArrayObject>, what: &[String]) -> CacheKey {
-    let ids = arrays.into_iter().map(|a| a.content_id.as_str());
-    CacheKey::new(what.iter().map(String::as_str).chain(ids))
+/// The cache key of content made from `arrays` (their snapshots) and what `describe` says
+/// of it.
+fn content_key<'a>(
+    arrays: impl IntoIterator<Item = &'a ArrayObject>,
+    describe: impl FnOnce(&mut Digest),
+) -> CacheKey {
+    CacheKey::of(|digest| {
+        describe(digest);
+        for array in arrays {
+            digest.text(&array.content_id);
+        }
+    })
 }
 
 /// The cache key of a table in a format: the array's snapshot and the selection.
 pub fn table_key(table: &Table, format: TableFormat) -> CacheKey {
-    let what = [
-        format.extension().to_owned(),
-        format!("{:?}", table.selection),
-    ];
-    content_key([table.array()], &what)
+    content_key([table.array()], |digest| {
+        digest.text(format.extension());
+        table.selection.digest_into(digest);
+    })
+}
+
+/// About how many bytes a table comes to in a format.
+fn estimated_bytes(table: &Table, format: TableFormat) -> u64 {
+    let array = table.array();
+    estimated_cells(array, &table.selection)
+        .saturating_mul(format.estimated_row_bytes(&array.schema.arrow()))
+}
+
+/// Whether opening a table generates it whole first (so that its size is exact from the
+/// open on): Parquet always (its footer comes last), every file with `--exact-sizes`, and
+/// files estimated below `--materialize-limit`. Other files stream while generated.
+fn generated_whole_on_open(options: &DataOptions, table: &Table, format: TableFormat) -> bool {
+    format == TableFormat::Parquet
+        || options.exact_sizes
+        || estimated_bytes(table, format) < options.materialize_limit
+}
+
+/// Whether a `stat` of a table not generated yet generates it, to answer its exact size:
+/// every file with `--exact-sizes`, and an array's whole-array files (`data.<ext>`)
+/// estimated below `--materialize-limit`, which tools that take sizes from `stat` (`fread`,
+/// `tar`, `rsync`) read most. Never a slice or a category without `--exact-sizes`: `ls -l`
+/// of `slices/` would generate every chunk.
+pub fn generated_on_stat(options: &DataOptions, table: &Table, format: TableFormat) -> bool {
+    options.exact_sizes
+        || (table.selection == Selection::default()
+            && estimated_bytes(table, format) < options.materialize_limit)
+}
+
+/// What a table's file is, for log lines.
+fn table_what(table: &Table, format: TableFormat) -> String {
+    format!(
+        "{} ({:?} as {})",
+        table.array().uri,
+        table.selection,
+        format.extension()
+    )
+}
+
+/// Starts reading a table on a thread of its own.
+fn read_table(table: &Table) -> crate::tiledb::Result<ReadAhead> {
+    let reader = BatchReader::open(table.array(), &table.selection, BATCH_BYTES)?;
+    ReadAhead::start(reader).map_err(|e| crate::tiledb::Error::new(e.to_string()))
+}
+
+/// Generates a table whole into the cache, unless it is there (once, even when several ask
+/// at the same time).
+pub fn generate_table(options: &DataOptions, table: &Table, format: TableFormat) -> FsResult<()> {
+    let key = table_key(table, format);
+    let what = table_what(table, format);
+    generate_whole(&options.cache, &key, &what, |out| {
+        let mut reader = read_table(table).map_err(io::Error::other)?;
+        let schema = reader.schema();
+        let next_batch = || reader.next_batch().map_err(io::Error::other);
+        format::write_table(format, schema, next_batch, out)
+    })
 }
 
 /// Opens a table in a format; the flag says whether it must be read with direct I/O. A file
@@ -68,51 +132,39 @@ pub fn open_table(
     if let Some((file, _)) = cache.open_entry(&key) {
         return Ok((OpenFile::Cached(file), false));
     }
-    let array = table.array();
-    let estimate = estimated_cells(array, &table.selection)
-        .saturating_mul(format.estimated_row_bytes(&array.schema.arrow()));
-    let whole = format == TableFormat::Parquet
-        || options.exact_sizes
-        || estimate < options.materialize_limit;
-    let what = format!(
-        "{} ({:?} as {})",
-        array.uri,
-        table.selection,
-        format.extension()
-    );
-    let reader =
-        BatchReader::open(array, &table.selection, BATCH_BYTES).map_err(|e| io_error(&what, e))?;
-    let mut reader = ReadAhead::start(reader).map_err(|e| io_error(&what, e))?;
+    let what = table_what(table, format);
+    if generated_whole_on_open(options, table, format) {
+        generate_table(options, table, format)?;
+        return open_generated(cache, &key, &what).map(|file| (file, false));
+    }
+    let mut reader = read_table(table).map_err(|e| io_error(&what, e))?;
     let schema = reader.schema();
     let mut next_batch = move || reader.next_batch().map_err(io::Error::other);
-    if !whole {
-        let task = background
-            .begin()
-            .ok_or_else(|| io_error(&what, "the daemon is ending"))?;
-        let stream = Stream::start(cache.clone(), key, task, move |out| {
-            format::write_table(format, schema, &mut next_batch, out)
-        })
-        .map_err(|e| io_error(&what, e))?;
-        return Ok((OpenFile::Streaming(stream), true));
-    }
-    let generate = |out: &mut (dyn io::Write + Send)| {
+    let task = background
+        .begin()
+        .ok_or_else(|| io_error(&what, "the daemon is ending"))?;
+    let stream = Stream::start(cache.clone(), key, task, move |out| {
         format::write_table(format, schema, &mut next_batch, out)
-    };
-    open_whole(cache, &key, &what, generate).map(|file| (file, false))
+    })
+    .map_err(|e| io_error(&what, e))?;
+    Ok((OpenFile::Streaming(stream), true))
 }
 
 /// Small writes to a cache file are gathered up to this size; larger ones (the text encoders'
 /// pieces, about a quarter of a MiB each) go to the file as they are, without a copy.
 const WRITE_BUFFER_BYTES: usize = 64 << 10;
 
-/// Opens the cache entry for `key`, generating it whole first if there is none (once, even
-/// when several open it at the same time).
-fn open_whole(
+/// Generates the cache entry for `key` whole, unless there is one (once, even when several
+/// ask at the same time).
+fn generate_whole(
     cache: &ContentCache,
     key: &CacheKey,
     what: &str,
     generate: impl FnOnce(&mut (dyn io::Write + Send)) -> io::Result<()>,
-) -> FsResult<OpenFile> {
+) -> FsResult<()> {
+    if cache.size(key).is_some() {
+        return Ok(());
+    }
     cache.generate_once(key, || {
         // Generated by an open that ended just before this one's run began.
         if cache.size(key).is_some() {
@@ -132,16 +184,33 @@ fn open_whole(
         cache.commit(pending, size).map_err(|e| io_error(what, e))?;
         debug!("generated {what}: {size} bytes in {:?}", started.elapsed());
         Ok(())
-    })?;
+    })
+}
+
+/// Opens the cache entry for `key`, just generated.
+fn open_generated(cache: &ContentCache, key: &CacheKey, what: &str) -> FsResult<OpenFile> {
     let (file, _) = cache
         .open_entry(key)
         .ok_or_else(|| io_error(what, "the generated file left the cache at once"))?;
     Ok(OpenFile::Cached(file))
 }
 
+/// Opens the cache entry for `key`, generating it whole first if there is none.
+fn open_whole(
+    cache: &ContentCache,
+    key: &CacheKey,
+    what: &str,
+    generate: impl FnOnce(&mut (dyn io::Write + Send)) -> io::Result<()>,
+) -> FsResult<OpenFile> {
+    generate_whole(cache, key, what, generate)?;
+    open_generated(cache, key, what)
+}
+
 /// The cache key of a level's PNG.
 fn png_key(level: &ArrayObject) -> CacheKey {
-    content_key([level], &["png".to_owned()])
+    content_key([level], |digest| {
+        digest.text("png");
+    })
 }
 
 /// Opens a multiscale image level as PNG, generated whole (a PNG is written in one go).
@@ -169,13 +238,30 @@ pub fn open_png(
 /// The cache key of a matrix directory's file: obs, var and the layer's snapshots, the
 /// category, and which file.
 pub fn tenx_key(layer: &TenxLayer, file: TenxFile) -> CacheKey {
-    let what = [format!("{file:?}"), format!("{:?}", layer.cells)];
-    content_key([&*layer.obs, &*layer.var, &*layer.x], &what)
+    content_key([&*layer.obs, &*layer.var, &*layer.x], |digest| {
+        digest.text(match file {
+            TenxFile::Matrix => "matrix.mtx",
+            TenxFile::Features => "features.tsv",
+            TenxFile::Barcodes => "barcodes.tsv",
+        });
+        let cells = Selection {
+            equals: layer.cells.clone(),
+            ..Selection::default()
+        };
+        cells.digest_into(digest);
+    })
 }
 
 /// Opens a file of a matrix directory, generated whole (the matrix's header counts its
 /// entries, so it is written after them).
 pub fn open_tenx(options: &DataOptions, layer: &TenxLayer, file: TenxFile) -> FsResult<OpenFile> {
+    generate_tenx(options, layer, file)?;
+    let what = format!("{} as 10x {file:?}", layer.x.uri);
+    open_generated(&options.cache, &tenx_key(layer, file), &what)
+}
+
+/// Generates a file of a matrix directory whole into the cache, unless it is there.
+pub fn generate_tenx(options: &DataOptions, layer: &TenxLayer, file: TenxFile) -> FsResult<()> {
     let what = format!("{} as 10x {file:?}", layer.x.uri);
     let cache = &options.cache;
     let generate = |out: &mut (dyn io::Write + Send)| -> io::Result<()> {
@@ -233,5 +319,5 @@ pub fn open_tenx(options: &DataOptions, layer: &TenxLayer, file: TenxFile) -> Fs
             }
         }
     };
-    open_whole(cache, &tenx_key(layer, file), &what, generate)
+    generate_whole(cache, &tenx_key(layer, file), &what, generate)
 }

@@ -3,6 +3,9 @@
 //! request is `EROFS` because the filesystem is read-only, everything else is the tree's
 //! answer. What it owns is the kernel's side of FUSE passthrough: which open files the kernel
 //! reads itself, through which backing file.
+//!
+//! A panic inside the tree (a bug) fails its one request with `EIO`, never the thread that
+//! serves everyone: an unanswered reply answers `EIO` when it is dropped.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -20,9 +23,9 @@ use fuser::{
 };
 use log::debug;
 
-use crate::sync::Recover;
+use crate::sync::{catch_panic, Recover};
 
-use super::tree::{Attr, FsError, Tree};
+use super::tree::{Attr, FsError, FsResult, Tree};
 
 /// How long the kernel may keep entries and attributes before asking again.
 const TTL: Duration = Duration::from_secs(1);
@@ -30,9 +33,7 @@ const TTL: Duration = Duration::from_secs(1);
 /// The FUSE face of a [`Tree`].
 pub struct SomaFs {
     tree: Arc<Tree>,
-    mounted_at: SystemTime,
-    uid: u32,
-    gid: u32,
+    owner: Owner,
     /// Whether the kernel reads cached files itself (FUSE passthrough, Linux 6.9 and later).
     passthrough: bool,
     /// The files the kernel reads through passthrough.
@@ -55,9 +56,11 @@ impl SomaFs {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         SomaFs {
             tree,
-            mounted_at: SystemTime::now(),
-            uid,
-            gid,
+            owner: Owner {
+                mounted_at: SystemTime::now(),
+                uid,
+                gid,
+            },
             passthrough: false,
             backing: Mutex::new(Backing::default()),
         }
@@ -110,7 +113,17 @@ impl SomaFs {
         reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id);
         Ok(())
     }
+}
 
+/// What every inode shows of its owner and times: the daemon's user, the mount's time.
+#[derive(Clone, Copy)]
+struct Owner {
+    mounted_at: SystemTime,
+    uid: u32,
+    gid: u32,
+}
+
+impl Owner {
     fn file_attr(&self, attr: &Attr) -> FileAttr {
         FileAttr {
             ino: INodeNo(attr.ino),
@@ -146,6 +159,14 @@ fn ttl(attr: &Attr) -> Duration {
     }
 }
 
+/// Runs a call on the tree; a panic inside it is an `EIO` for this request alone.
+fn guarded<T>(call: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
+    catch_panic(call).unwrap_or_else(|panic| {
+        log::error!("{panic}");
+        Err(FsError::Io(panic))
+    })
+}
+
 fn errno(e: &FsError) -> Errno {
     match e {
         FsError::NotFound => Errno::ENOENT,
@@ -160,6 +181,10 @@ impl Filesystem for SomaFs {
         self.passthrough = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
             && config.set_max_stack_depth(1).is_ok();
         debug!("FUSE passthrough: {}", self.passthrough);
+        // Files read with direct I/O (sizes not known yet) can still be mapped: polars maps
+        // what it reads.
+        let mmap = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        debug!("mmap of direct I/O files: {}", mmap.is_ok());
         Ok(())
     }
 
@@ -167,28 +192,38 @@ impl Filesystem for SomaFs {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
-        match self.tree.lookup(parent.0, name) {
+        let owner = self.owner;
+        let answer = Box::new(move |attr: FsResult<Attr>| match attr {
             // The name stands for its inode as long as any (TTL); only a size not known
             // yet must be asked for again at every stat.
             Ok(attr) => {
-                reply.entry_with_ttls(&ttl(&attr), &TTL, &self.file_attr(&attr), Generation(0))
+                reply.entry_with_ttls(&ttl(&attr), &TTL, &owner.file_attr(&attr), Generation(0))
             }
             Err(e) => reply.error(errno(&e)),
-        }
+        });
+        let _ = guarded(|| {
+            self.tree.lookup(parent.0, name, answer);
+            Ok(())
+        });
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.tree.getattr(ino.0) {
-            Ok(attr) => reply.attr(&ttl(&attr), &self.file_attr(&attr)),
+        let owner = self.owner;
+        let answer = Box::new(move |attr: FsResult<Attr>| match attr {
+            Ok(attr) => reply.attr(&ttl(&attr), &owner.file_attr(&attr)),
             Err(e) => reply.error(errno(&e)),
-        }
+        });
+        let _ = guarded(|| {
+            self.tree.stat(ino.0, answer);
+            Ok(())
+        });
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             return reply.error(Errno::EROFS);
         }
-        let opened = match self.tree.open(ino.0) {
+        let opened = match guarded(|| self.tree.open(ino.0)) {
             Ok(opened) => opened,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -239,7 +274,7 @@ impl Filesystem for SomaFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.tree.read(fh.0, offset, size) {
+        match guarded(|| self.tree.read(fh.0, offset, size)) {
             Ok(bytes) => reply.data(&bytes),
             Err(e) => reply.error(errno(&e)),
         }
@@ -253,7 +288,7 @@ impl Filesystem for SomaFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let entries = match self.tree.readdir(ino.0) {
+        let entries = match guarded(|| self.tree.readdir(ino.0)) {
             Ok(entries) => entries,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -332,7 +367,7 @@ impl Filesystem for SomaFs {
         if mask.contains(AccessFlags::W_OK) {
             return reply.error(Errno::EROFS);
         }
-        match self.tree.getattr(ino.0) {
+        match guarded(|| self.tree.attr(ino.0)) {
             Ok(_) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }

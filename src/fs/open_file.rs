@@ -69,8 +69,24 @@ struct StreamState {
     produced: u64,
     /// The furthest byte any reader has asked for.
     wanted: u64,
-    finished: Option<Result<(), String>>,
+    finished: Option<Outcome>,
     cancelled: bool,
+    /// Called with the outcome once there is one (`stat`s waiting for the exact size).
+    waiters: Vec<Waiter>,
+}
+
+/// Called with a stream's outcome once it has one.
+type Waiter = Box<dyn FnOnce(&Outcome) + Send>;
+
+/// How a stream's generation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Generated whole and committed to the cache: this many bytes.
+    Done(u64),
+    /// Every reader closed the file before the end: nothing was committed.
+    Stopped,
+    /// Generation failed: nothing was committed.
+    Failed(String),
 }
 
 /// Content a generator thread is writing into a cache file while readers read it.
@@ -97,6 +113,7 @@ impl Stream {
                 wanted: 0,
                 finished: None,
                 cancelled: false,
+                waiters: Vec::new(),
             }),
             changed: Condvar::new(),
         });
@@ -119,11 +136,15 @@ impl Stream {
                     // Only a generation that ran to its end is committed.
                     cache.commit(pending, produced)?;
                     log::debug!("streamed {produced} bytes in {:?}", started.elapsed());
-                    Ok(())
+                    Ok(produced)
                 })
                 .unwrap_or_else(|panic| Err(io::Error::other(panic)));
                 // A failure reaches the reader as EIO, which logs it once.
-                outcome.set(result.map_err(|e| e.to_string()));
+                outcome.set(match result {
+                    Ok(size) => Outcome::Done(size),
+                    Err(_) if producer.lock().cancelled => Outcome::Stopped,
+                    Err(e) => Outcome::Failed(e.to_string()),
+                });
                 drop(task);
             })?;
         Ok(stream)
@@ -142,8 +163,11 @@ impl Stream {
         }
         while state.produced <= offset {
             match &state.finished {
-                Some(Err(e)) => return Err(io::Error::other(e.clone())),
-                Some(Ok(())) => return Ok(Vec::new()),
+                Some(Outcome::Failed(e)) => return Err(io::Error::other(e.clone())),
+                Some(Outcome::Stopped) => {
+                    return Err(io::Error::other("the file's generation was stopped"))
+                }
+                Some(Outcome::Done(_)) => return Ok(Vec::new()),
                 None => state = self.changed.wait(state).recover(),
             }
         }
@@ -156,14 +180,33 @@ impl Stream {
         self.lock().cancelled = true;
         self.changed.notify_all();
     }
+
+    /// Calls `then` with the generation's outcome: now if it has ended, else when it does.
+    /// Meanwhile the generator runs ahead of the readers without bound: whoever waits for
+    /// the end must not wait for a reader that waits for it (`fstat` before the first read).
+    pub fn when_finished(&self, then: impl FnOnce(&Outcome) + Send + 'static) {
+        let mut state = self.lock();
+        match state.finished.clone() {
+            Some(outcome) => {
+                drop(state);
+                then(&outcome);
+            }
+            None => {
+                state.waiters.push(Box::new(then));
+                state.wanted = u64::MAX;
+                self.changed.notify_all();
+            }
+        }
+    }
 }
 
-/// Sets a stream's outcome when the generator thread ends, however it ends: an outcome not
-/// set by then (a panic that got past everything) is a failure.
+/// Sets a stream's outcome when the generator thread ends, however it ends (an outcome not
+/// set by then, after a panic that got past everything, is a failure), wakes its readers
+/// and answers its waiters.
 struct Finish<'a>(&'a Stream);
 
 impl Finish<'_> {
-    fn set(self, outcome: Result<(), String>) {
+    fn set(self, outcome: Outcome) {
         self.0.lock().finished = Some(outcome);
     }
 }
@@ -171,11 +214,19 @@ impl Finish<'_> {
 impl Drop for Finish<'_> {
     fn drop(&mut self) {
         let mut state = self.0.lock();
-        if state.finished.is_none() {
-            state.finished = Some(Err("the generator thread ended without an outcome".into()));
-        }
+        let outcome = state
+            .finished
+            .get_or_insert_with(|| {
+                Outcome::Failed("the generator thread ended without an outcome".into())
+            })
+            .clone();
+        let waiters = std::mem::take(&mut state.waiters);
         drop(state);
         self.0.changed.notify_all();
+        for then in waiters {
+            // A waiter's panic must not keep the others from their answers.
+            let _ = crate::sync::catch_panic(|| then(&outcome));
+        }
     }
 }
 

@@ -24,9 +24,12 @@ use log::warn;
 use crate::soma::Store;
 use crate::sync::{Background, Recover};
 
-use super::data::{io_error, open_png, open_table, open_tenx, table_key, tenx_key, DataOptions};
+use super::data::{
+    generate_table, generate_tenx, generated_on_stat, io_error, open_png, open_table, open_tenx,
+    table_key, tenx_key, DataOptions,
+};
 use super::node::{self, array_of, FileKind, NodeKind};
-use super::open_file::{NpyFile, OpenFile};
+use super::open_file::{NpyFile, OpenFile, Outcome, Stream};
 
 pub type Ino = u64;
 pub const ROOT: Ino = 1;
@@ -90,6 +93,13 @@ pub struct Attr {
     pub size_known: bool,
 }
 
+/// Where a `stat` gets its answer: called once, at once or when a file under way has been
+/// generated (see [`Tree::stat`]).
+pub type AttrAnswer = Box<dyn FnOnce(FsResult<Attr>) + Send>;
+
+/// Generates a file's content into the cache (for a `stat` that waits for its size).
+type Generation = Box<dyn FnOnce(&Tree) -> FsResult<()> + Send>;
+
 /// An open file handle's answer: its number, and whether it must be read with direct I/O
 /// (its size is not known yet).
 pub struct Opened {
@@ -109,6 +119,8 @@ pub struct Tree {
     data: DataOptions,
     nodes: RwLock<Vec<Arc<Node>>>,
     open_files: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    /// Files being generated while they are read, by inode.
+    streams: Mutex<HashMap<Ino, Weak<Stream>>>,
     next_fh: AtomicU64,
 }
 
@@ -129,6 +141,7 @@ impl Tree {
             // Inode numbers start at 1 (`ROOT`): slot 0 is never handed out.
             nodes: RwLock::new(vec![root.clone(), root]),
             open_files: Mutex::new(HashMap::new()),
+            streams: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
         })
     }
@@ -159,7 +172,9 @@ impl Tree {
         (nodes.len() - 1) as Ino
     }
 
-    pub fn getattr(&self, ino: Ino) -> FsResult<Attr> {
+    /// What `stat` shows of an inode as things are: a data file not generated yet shows
+    /// size 0, its size not known.
+    pub fn attr(&self, ino: Ino) -> FsResult<Attr> {
         let node = self.node(ino)?;
         let size = match &node.kind {
             kind if kind.is_dir() => Some(0),
@@ -187,10 +202,95 @@ impl Tree {
         })
     }
 
-    pub fn lookup(&self, parent: Ino, name: &str) -> FsResult<Attr> {
+    /// Answers a `stat` of an inode. A data file whose size is not known yet is answered
+    /// once it is, when it is being generated for a reader (the size-trusting readers,
+    /// DuckDB and polars, open a file and then `fstat` it), or when a `stat` generates it
+    /// ([`generated_on_stat`]: `fread`, `tar` and `rsync` take sizes from `stat` before they
+    /// open); otherwise at once, with size 0. Nothing waits in the FUSE request's thread.
+    pub fn stat(&self, ino: Ino, answer: AttrAnswer) {
+        let attr = match self.attr(ino) {
+            Ok(attr) if !attr.size_known => attr,
+            known_or_failed => return answer(known_or_failed),
+        };
+        let Some(tree) = self.me.upgrade() else {
+            return answer(Ok(attr));
+        };
+        if let Some(stream) = self.stream_of(ino) {
+            return stream.when_finished(move |outcome| match outcome {
+                Outcome::Failed(e) => answer(Err(FsError::Io(e.clone()))),
+                Outcome::Done(_) | Outcome::Stopped => answer(tree.attr(ino)),
+            });
+        }
+        let Some(generate) = self.generation_on_stat(ino) else {
+            return answer(Ok(attr));
+        };
+        let Some(task) = self.background.begin() else {
+            return answer(Ok(attr));
+        };
+        let answer = Arc::new(Mutex::new(Some(answer)));
+        let answer_here = answer.clone();
+        let spawned = std::thread::Builder::new()
+            .name("soma-generate".into())
+            .spawn(move || {
+                let generated = crate::sync::catch_panic(|| generate(&tree))
+                    .unwrap_or_else(|panic| Err(io_error("generating on stat", panic)));
+                if let Some(answer) = answer.lock().recover().take() {
+                    answer(generated.and_then(|()| tree.attr(ino)));
+                }
+                drop(task);
+            });
+        if spawned.is_err() {
+            if let Some(answer) = answer_here.lock().recover().take() {
+                answer(Ok(attr));
+            }
+        }
+    }
+
+    /// The stream generating an inode's content for its readers, while it runs.
+    fn stream_of(&self, ino: Ino) -> Option<Arc<Stream>> {
+        let mut streams = self.streams.lock().recover();
+        let stream = streams.get(&ino).and_then(Weak::upgrade);
+        if stream.is_none() {
+            streams.remove(&ino);
+        }
+        stream
+    }
+
+    /// How a `stat` of an inode generates its content, when it does.
+    fn generation_on_stat(&self, ino: Ino) -> Option<Generation> {
+        let node = self.node(ino).ok()?;
+        match &node.kind {
+            NodeKind::File(FileKind::Table(table, format))
+                if generated_on_stat(&self.data, table, *format) =>
+            {
+                let (table, format) = (table.clone(), *format);
+                Some(Box::new(move |tree| {
+                    generate_table(&tree.data, &table, format)
+                }))
+            }
+            NodeKind::File(FileKind::Tenx(layer, file)) if self.data.exact_sizes => {
+                let (layer, file) = (layer.clone(), *file);
+                Some(Box::new(move |tree| {
+                    generate_tenx(&tree.data, &layer, file)
+                }))
+            }
+            _ => None,
+        }
+    }
+
+    /// Looks up a name in a directory and answers as [`Self::stat`] does.
+    pub fn lookup(&self, parent: Ino, name: &str, answer: AttrAnswer) {
+        match self.find(parent, name) {
+            Ok(ino) => self.stat(ino, answer),
+            Err(e) => answer(Err(e)),
+        }
+    }
+
+    /// The inode of a name in a directory.
+    fn find(&self, parent: Ino, name: &str) -> FsResult<Ino> {
         let node = self.node(parent)?;
         if let Some(&ino) = self.listing(&node)?.by_name.get(name) {
-            return self.getattr(ino);
+            return Ok(ino);
         }
         // A slice can be opened by name without being listed.
         let NodeKind::Slices(table) = &node.kind else {
@@ -207,7 +307,7 @@ impl Tree {
             }
         };
         drop(found);
-        self.getattr(ino)
+        Ok(ino)
     }
 
     /// The entries of a directory, in listing order, with whether each is a directory.
@@ -257,6 +357,12 @@ impl Tree {
         };
         let cache_file = match &open_file {
             OpenFile::Cached(file) => file.try_clone().ok(),
+            OpenFile::Streaming(stream) => {
+                let mut streams = self.streams.lock().recover();
+                streams.retain(|_, stream| stream.strong_count() > 0);
+                streams.insert(ino, Arc::downgrade(stream));
+                None
+            }
             _ => None,
         };
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);

@@ -125,13 +125,18 @@ impl ArrayObject {
     /// the schema (enumerations included) and the fragments. Snapshots with equal digests
     /// hold equal data; cache keys are made from it.
     fn content_digest(&self) -> String {
-        let timestamp = format!("{:?}", self.mount_timestamp_ms);
-        let schema = format!("{:?}", self.schema.columns);
-        let head = [self.uri.as_str(), timestamp.as_str(), schema.as_str()];
-        crate::digest::digest(
-            head.into_iter()
-                .chain(self.fragments.iter().map(|f| f.uri.as_str())),
-        )
+        let mut digest = crate::digest::Digest::new("soma-mount array snapshot");
+        digest.text(&self.uri);
+        match self.mount_timestamp_ms {
+            None => digest.mark(b'-'),
+            Some(ms) => digest.mark(b't').number(ms),
+        };
+        self.schema.digest_into(&mut digest);
+        digest.number(self.fragments.len() as u64);
+        for fragment in &self.fragments {
+            digest.text(&fragment.uri);
+        }
+        digest.finish()
     }
 
     /// The array open at this snapshot, for queries.

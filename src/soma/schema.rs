@@ -181,6 +181,50 @@ impl SomaSchema {
         }
     }
 
+    /// Feeds what reads of the schema depend on to a digest: each column's name, type,
+    /// nullability, domains and labels, and the layout.
+    pub fn digest_into(&self, digest: &mut crate::digest::Digest) {
+        use super::slice::digest_value;
+        let bounds = |digest: &mut crate::digest::Digest, bounds: &Option<Bounds>| match bounds {
+            None => {
+                digest.mark(b'-');
+            }
+            Some((lo, hi)) => {
+                digest.mark(b'd');
+                digest_value(digest, lo);
+                digest_value(digest, hi);
+            }
+        };
+        digest.number(self.columns.len() as u64);
+        for c in &self.columns {
+            digest
+                .text(&c.name)
+                .text(&c.arrow_type.to_string())
+                .text(&format!("{:?}/{}", c.datatype, c.cell_val_num))
+                .flag(c.nullable)
+                .flag(c.is_index);
+            bounds(digest, &c.domain);
+            bounds(digest, &c.schema_domain);
+            match &c.enumeration {
+                None => {
+                    digest.mark(b'-');
+                }
+                Some(e) => {
+                    digest
+                        .mark(b'e')
+                        .flag(e.ordered)
+                        .number(e.values.len() as u64);
+                    for label in &e.values {
+                        digest_value(digest, label);
+                    }
+                }
+            }
+        }
+        digest
+            .flag(self.dense)
+            .text(&format!("{:?}/{:?}", self.tile_order, self.cell_order));
+    }
+
     pub fn index_columns(&self) -> impl Iterator<Item = &Column> {
         self.columns.iter().filter(|c| c.is_index)
     }

@@ -1,6 +1,7 @@
 //! Parts of an array: clipping a selection to the array's domain, and cutting the array into
 //! chunks of about N stored cells along its first index column, from fragment metadata alone.
 
+use crate::digest::Digest;
 use crate::tiledb::Value;
 
 use super::object::ArrayObject;
@@ -33,7 +34,54 @@ pub fn is_reversed(range: &(Value, Value)) -> bool {
     }
 }
 
+/// Feeds a value to a digest, its variant marked.
+pub fn digest_value(digest: &mut Digest, value: &Value) {
+    match value {
+        Value::Int(i) => digest.mark(b'i').bytes(&i.to_le_bytes()),
+        Value::UInt(u) => digest.mark(b'u').number(*u),
+        Value::Float(f) => digest.mark(b'f').number(f.to_bits()),
+        Value::Bool(b) => digest.mark(b'b').flag(*b),
+        Value::Text(t) => digest.mark(b't').text(t),
+        Value::Bytes(b) => digest.mark(b'y').bytes(b),
+    };
+}
+
 impl Selection {
+    /// Feeds what the selection selects to a digest (for cache keys).
+    pub fn digest_into(&self, digest: &mut Digest) {
+        digest.number(self.ranges.len() as u64);
+        for ranges in &self.ranges {
+            digest.number(ranges.len() as u64);
+            for (lo, hi) in ranges {
+                digest_value(digest, lo);
+                digest_value(digest, hi);
+            }
+        }
+        match &self.equals {
+            None => {
+                digest.mark(b'-');
+            }
+            Some((column, None)) => {
+                digest.mark(b'=').text(column).mark(b'0');
+            }
+            Some((column, Some(label))) => {
+                digest.mark(b'=').text(column).mark(b'1');
+                digest_value(digest, label);
+            }
+        }
+        match &self.columns {
+            None => {
+                digest.mark(b'*');
+            }
+            Some(columns) => {
+                digest.mark(b'c').number(columns.len() as u64);
+                for column in columns {
+                    digest.text(column);
+                }
+            }
+        }
+    }
+
     /// The selection with every range clipped to its column's domain (the current domain
     /// where the array has one): a range outside it selects nothing, which is not an error.
     pub fn clipped_to(mut self, array: &ArrayObject) -> Selection {
