@@ -250,7 +250,7 @@ impl Write for StreamSink<'_> {
         let mut state = self.stream.lock();
         state.produced += buf.len() as u64;
         self.stream.changed.notify_all();
-        while state.produced > state.wanted + READ_AHEAD_BYTES && !state.cancelled {
+        while state.produced > state.wanted.saturating_add(READ_AHEAD_BYTES) && !state.cancelled {
             state = self.stream.changed.wait(state).recover();
         }
         Ok(buf.len())
@@ -361,5 +361,82 @@ impl NpyFile {
         let bytes = Arc::new(bytes);
         *self.last_rows.lock().recover() = Some((first, bytes.clone()));
         Ok((first, bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::Background;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    fn cache(name: &str) -> (Arc<ContentCache>, std::path::PathBuf) {
+        let dir =
+            std::env::temp_dir().join(format!("soma-mount-stream-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        (Arc::new(ContentCache::open(&dir, 1 << 30).unwrap()), dir)
+    }
+
+    /// Waits up to ten seconds for an outcome given to `when_finished`.
+    fn outcome_of(stream: &Stream) -> Outcome {
+        let (tx, rx) = mpsc::channel();
+        stream.when_finished(move |outcome| tx.send(outcome.clone()).unwrap());
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the stream never finished")
+    }
+
+    #[test]
+    fn a_waiter_lets_the_generator_run_past_the_read_ahead_bound() {
+        let (cache, dir) = cache("ahead");
+        let background = Arc::new(Background::default());
+        let key = CacheKey::new(["ahead"]);
+        let piece = vec![b'x'; 1 << 20];
+        let pieces = (READ_AHEAD_BYTES >> 20) + 2;
+        let stream = Stream::start(cache.clone(), key.clone(), background.begin().unwrap(), {
+            move |out| {
+                for _ in 0..pieces {
+                    out.write_all(&piece)?;
+                }
+                Ok(())
+            }
+        })
+        .unwrap();
+        // No reader reads: the generator would stop at the bound, but for the waiter.
+        let size = pieces << 20;
+        assert_eq!(outcome_of(&stream), Outcome::Done(size));
+        assert_eq!(cache.size(&key), Some(size));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_generator_that_panics_fails_its_readers_and_its_waiters_and_leaves_nothing() {
+        let (cache, dir) = cache("panic");
+        let background = Arc::new(Background::default());
+        let key = CacheKey::new(["panic"]);
+        let stream = Stream::start(cache.clone(), key.clone(), background.begin().unwrap(), {
+            |out| {
+                out.write_all(b"some rows\n")?;
+                panic!("a bug");
+            }
+        })
+        .unwrap();
+        assert!(matches!(outcome_of(&stream), Outcome::Failed(e) if e.contains("a bug")));
+        assert_eq!(
+            stream.read(0, 4).unwrap(),
+            b"some",
+            "what was written reads"
+        );
+        assert!(
+            stream.read(10, 4).is_err(),
+            "the end is an error, not the end"
+        );
+        assert_eq!(cache.size(&key), None);
+        assert!(
+            background.wait(Duration::from_secs(10)),
+            "the generator's task ended"
+        );
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "no file left");
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

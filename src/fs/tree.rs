@@ -119,8 +119,9 @@ pub struct Tree {
     data: DataOptions,
     nodes: RwLock<Vec<Arc<Node>>>,
     open_files: Mutex<HashMap<u64, Arc<OpenFile>>>,
-    /// Files being generated while they are read, by inode.
-    streams: Mutex<HashMap<Ino, Weak<Stream>>>,
+    /// Open handles of files generated while they are read, by inode: a `stat` waits for
+    /// the generation such a handle reads while the handle is open (the last one opened).
+    streams: Mutex<HashMap<Ino, Weak<OpenFile>>>,
     next_fh: AtomicU64,
 }
 
@@ -246,14 +247,17 @@ impl Tree {
         }
     }
 
-    /// The stream generating an inode's content for its readers, while it runs.
+    /// The stream generating an inode's content for a handle that is open.
     fn stream_of(&self, ino: Ino) -> Option<Arc<Stream>> {
         let mut streams = self.streams.lock().recover();
-        let stream = streams.get(&ino).and_then(Weak::upgrade);
-        if stream.is_none() {
-            streams.remove(&ino);
+        let open_file = streams.get(&ino).and_then(Weak::upgrade);
+        match open_file.as_deref() {
+            Some(OpenFile::Streaming(stream)) => Some(stream.clone()),
+            _ => {
+                streams.remove(&ino);
+                None
+            }
         }
-        stream
     }
 
     /// How a `stat` of an inode generates its content, when it does.
@@ -357,19 +361,16 @@ impl Tree {
         };
         let cache_file = match &open_file {
             OpenFile::Cached(file) => file.try_clone().ok(),
-            OpenFile::Streaming(stream) => {
-                let mut streams = self.streams.lock().recover();
-                streams.retain(|_, stream| stream.strong_count() > 0);
-                streams.insert(ino, Arc::downgrade(stream));
-                None
-            }
             _ => None,
         };
+        let open_file = Arc::new(open_file);
+        if let OpenFile::Streaming(_) = *open_file {
+            let mut streams = self.streams.lock().recover();
+            streams.retain(|_, handle| handle.strong_count() > 0);
+            streams.insert(ino, Arc::downgrade(&open_file));
+        }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.open_files
-            .lock()
-            .recover()
-            .insert(fh, Arc::new(open_file));
+        self.open_files.lock().recover().insert(fh, open_file);
         Ok(Opened {
             fh,
             direct_io,
