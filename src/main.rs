@@ -304,66 +304,98 @@ fn umount2(dir: &Path, flags: libc::c_int) -> std::io::Result<()> {
     }
 }
 
+/// Mounts and serves until a signal or an outside `umount`, then shuts down: each stage a
+/// function of its own. A failure before the mount is up is one line on stderr.
 fn run(cli: Cli) -> ExitCode {
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        if let Err(e) = signal_hook::flag::register(signal, stop.clone()) {
-            eprintln!("soma-mount: cannot handle signal {signal}: {e}");
-            return ExitCode::FAILURE;
+    match mount(&cli) {
+        Ok((tree, session, stop)) => serve(&cli, &tree, session, &stop),
+        Err(message) => {
+            eprintln!("soma-mount: {message}");
+            ExitCode::FAILURE
         }
     }
+}
+
+/// Everything before serving: signals, the store, the mount point, the cache, the mount.
+fn mount(cli: &Cli) -> Result<(Arc<Tree>, fuser::BackgroundSession, Arc<AtomicBool>), String> {
+    let stop = stop_on_signals()?;
     let uri = absolute_uri(&cli.uri);
     let metadata_ttl = Duration::from_secs_f64(cli.metadata_ttl);
-    let store = match Store::new(&cli.config, cli.timestamp, metadata_ttl) {
-        Ok(store) => store,
-        Err(e) => {
-            eprintln!("soma-mount: bad libtiledb configuration: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    // The store keeps what it opened for the metadata TTL: the first look into the root
-    // within it does not open the root again.
-    if let Err(e) = store.open(&uri, None) {
-        eprintln!("soma-mount: cannot open {uri}: {e}");
-        return ExitCode::FAILURE;
+    let store = open_store(cli, &uri, metadata_ttl)?;
+    prepare_mountpoint(&cli.mountpoint)?;
+    let config = fuse_config(cli, &uri)?;
+    let data = data_options(cli, metadata_ttl)?;
+    let tree = Tree::new(store, &uri, data);
+    let fs = SomaFs::new(tree.clone());
+    let session = fuser::Session::new(fs, &cli.mountpoint, &config)
+        .and_then(|s| s.spawn())
+        .map_err(|e| format!("cannot mount on {}: {e}", cli.mountpoint.display()))?;
+    info!("mounted {uri} on {}", cli.mountpoint.display());
+    Ok((tree, session, stop))
+}
+
+/// A flag that SIGINT and SIGTERM raise.
+fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, stop.clone())
+            .map_err(|e| format!("cannot handle signal {signal}: {e}"))?;
     }
-    if is_mounted(&cli.mountpoint) {
-        // After a SIGKILL the kernel keeps a dead FUSE mount: every access says "transport
-        // endpoint is not connected". Such a mount is detached and mounted over; a live one
-        // is left alone.
-        match std::fs::metadata(&cli.mountpoint) {
+    Ok(stop)
+}
+
+/// The store, with the root opened once: a URI with no TileDB object fails here, before
+/// anything is mounted. The store keeps what it opened for the metadata TTL, so the first
+/// look into the root within it does not open the root again.
+fn open_store(cli: &Cli, uri: &str, metadata_ttl: Duration) -> Result<Store, String> {
+    let store = Store::new(&cli.config, cli.timestamp, metadata_ttl)
+        .map_err(|e| format!("bad libtiledb configuration: {e}"))?;
+    store
+        .open(uri, None)
+        .map_err(|e| format!("cannot open {uri}: {e}"))?;
+    Ok(store)
+}
+
+/// Checks the mount point: a directory, not mounted on, except by a dead mount (after a
+/// SIGKILL the kernel keeps one: every access says "transport endpoint is not connected"),
+/// which is detached and mounted over.
+fn prepare_mountpoint(mountpoint: &Path) -> Result<(), String> {
+    if is_mounted(mountpoint) {
+        match std::fs::metadata(mountpoint) {
             Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
                 warn!(
                     "{} holds a dead mount (its daemon was killed): detaching it",
-                    cli.mountpoint.display()
+                    mountpoint.display()
                 );
-                lazy_unmount(&cli.mountpoint);
+                lazy_unmount(mountpoint);
             }
             _ => {
-                eprintln!(
-                    "soma-mount: {} is already mounted; unmount it first: umount {}",
-                    cli.mountpoint.display(),
-                    cli.mountpoint.display()
-                );
-                return ExitCode::FAILURE;
+                return Err(format!(
+                    "{} is already mounted; unmount it first: umount {}",
+                    mountpoint.display(),
+                    mountpoint.display()
+                ))
             }
         }
     }
-    if !cli.mountpoint.is_dir() {
-        eprintln!(
-            "soma-mount: mount point {} is not a directory",
-            cli.mountpoint.display()
-        );
-        return ExitCode::FAILURE;
+    if !mountpoint.is_dir() {
+        return Err(format!(
+            "mount point {} is not a directory",
+            mountpoint.display()
+        ));
     }
+    Ok(())
+}
 
+/// The FUSE mount: read-only, with the `-o` options.
+fn fuse_config(cli: &Cli, uri: &str) -> Result<fuser::Config, String> {
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         MountOption::RO,
         MountOption::NoDev,
         MountOption::NoSuid,
         MountOption::DefaultPermissions,
-        MountOption::FSName(uri.clone()),
+        MountOption::FSName(uri.to_owned()),
         MountOption::Subtype("soma-mount".into()),
     ];
     for option in &cli.options {
@@ -371,10 +403,7 @@ fn run(cli: Cli) -> ExitCode {
             "allow_other" => config.acl = SessionACL::All,
             "allow_root" => config.acl = SessionACL::RootAndOwner,
             "ro" | "default_permissions" => {}
-            other => {
-                eprintln!("soma-mount: unknown mount option {other:?}");
-                return ExitCode::FAILURE;
-            }
+            other => return Err(format!("unknown mount option {other:?}")),
         }
     }
     if config.acl != SessionACL::Owner {
@@ -383,43 +412,29 @@ fn run(cli: Cli) -> ExitCode {
             .push(MountOption::CUSTOM("allow_other".into()));
     }
     config.n_threads = Some(4);
+    Ok(config)
+}
 
+/// How data files are generated and cached.
+fn data_options(cli: &Cli, metadata_ttl: Duration) -> Result<DataOptions, String> {
     let cache_dir = cli.cache_dir.clone().unwrap_or_else(default_cache_dir);
-    let cache = match ContentCache::open(&cache_dir, cli.cache_size) {
-        Ok(cache) => Arc::new(cache),
-        Err(e) => {
-            eprintln!(
-                "soma-mount: cannot use cache directory {}: {e}",
-                cache_dir.display()
-            );
-            return ExitCode::FAILURE;
-        }
-    };
-    let data = DataOptions {
-        cache,
+    let cache = ContentCache::open(&cache_dir, cli.cache_size)
+        .map_err(|e| format!("cannot use cache directory {}: {e}", cache_dir.display()))?;
+    Ok(DataOptions {
+        cache: Arc::new(cache),
         materialize_limit: cli.materialize_limit,
         exact_sizes: cli.exact_sizes,
         chunk_cells: cli.chunk_cells.max(1),
         metadata_ttl,
-    };
-    let tree = Tree::new(store, &uri, data);
-    let fs = SomaFs::new(tree.clone());
-    let session = match fuser::Session::new(fs, &cli.mountpoint, &config).and_then(|s| s.spawn()) {
-        Ok(session) => session,
-        Err(e) => {
-            eprintln!(
-                "soma-mount: cannot mount on {}: {e}",
-                cli.mountpoint.display()
-            );
-            return ExitCode::FAILURE;
-        }
-    };
-    info!("mounted {uri} on {}", cli.mountpoint.display());
+    })
+}
+
+/// Serves until a signal or an outside `umount`, then shuts down.
+fn serve(cli: &Cli, tree: &Tree, session: fuser::BackgroundSession, stop: &AtomicBool) -> ExitCode {
     if std::env::var_os(DAEMON_ENV).is_some() {
         detach_from_parent();
     }
     warm_heap();
-
     let signalled = loop {
         if stop.load(Ordering::Relaxed) {
             break true;
@@ -438,16 +453,20 @@ fn run(cli: Cli) -> ExitCode {
     } else {
         info!("{} was unmounted", cli.mountpoint.display());
     }
-    // Background work ends first: files still being generated stop, and their readers, given
-    // an error, let go of a detached mount.
+    shut_down(tree, session)
+}
+
+/// Ends the daemon once unmounted: background work first (files still being generated stop,
+/// and their readers, given an error, let go of a detached mount), then the session, once
+/// the kernel lets go of the mount: at once after an unmount, when its last open file is
+/// closed after a detach.
+fn shut_down(tree: &Tree, session: fuser::BackgroundSession) -> ExitCode {
     if !tree.stop_background_work(BACKGROUND_WAIT) {
         warn!(
             "background work (member opens, file generation) still ran {}s after the unmount: exiting anyway",
             BACKGROUND_WAIT.as_secs()
         );
     }
-    // The session ends once the kernel lets go of the mount: at once after an unmount, when
-    // its last open file is closed after a detach.
     let deadline = Instant::now() + SESSION_WAIT;
     while !session.guard.is_finished() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));

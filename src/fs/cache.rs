@@ -15,7 +15,7 @@ use log::{debug, warn};
 use crate::digest::Digest;
 use crate::sync::{Recover, SingleFlight};
 
-use super::tree::FsResult;
+use super::error::FsResult;
 
 /// A cache key: a 128-bit digest of what the content is made from, as hex.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

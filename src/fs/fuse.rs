@@ -25,7 +25,8 @@ use log::debug;
 
 use crate::sync::{catch_panic, Recover};
 
-use super::tree::{Attr, FsError, FsResult, Tree};
+use super::error::{FsError, FsResult};
+use super::tree::{Attr, Tree};
 
 /// How long the kernel may keep entries and attributes before asking again.
 const TTL: Duration = Duration::from_secs(1);
@@ -161,13 +162,15 @@ fn ttl(attr: &Attr) -> Duration {
 
 /// Runs a call on the tree; a panic inside it is an `EIO` for this request alone.
 fn guarded<T>(call: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
-    catch_panic(call).unwrap_or_else(|panic| {
-        log::error!("{panic}");
-        Err(FsError::Io(panic))
-    })
+    catch_panic(call).unwrap_or_else(|panic| Err(FsError::Io(panic)))
 }
 
+/// The errno a failure is answered with. A backend failure is logged here, once, where it
+/// leaves the daemon.
 fn errno(e: &FsError) -> Errno {
+    if let FsError::Io(message) = e {
+        log::error!("{message}");
+    }
     match e {
         FsError::NotFound => Errno::ENOENT,
         FsError::NotADirectory => Errno::ENOTDIR,

@@ -5,12 +5,17 @@
 
 pub mod cache;
 mod data;
+pub mod error;
+mod files;
 pub mod fuse;
 pub mod names;
 mod node;
 mod open_file;
 pub mod slice_name;
 pub mod tree;
+
+#[cfg(test)]
+mod tests;
 
 pub use cache::ContentCache;
 pub use data::DataOptions;

@@ -5,76 +5,19 @@ use std::sync::Arc;
 
 use log::warn;
 
-use crate::format::png::{ImageAxis, PngLayout};
+use crate::format::png::ImageAxis;
 use crate::format::text::float_text;
-use crate::format::{json, npy, TableFormat};
-use arrow_schema::DataType;
+use crate::format::TableFormat;
 
 use crate::soma::tenx::TenxLayer;
-use crate::soma::{self, spatial, ArrayObject, Selection, SomaObject, SomaType, Store};
+use crate::soma::{self, spatial, ArrayObject, Objects, Selection, SomaObject, SomaType};
 use crate::tiledb::{Datatype, ObjectType, Value};
 
+use super::files::{
+    Document, FileKind, NpyFile, PngFile, SpatialDoc, Table, TableFile, TenxFile, TenxPart,
+};
 use super::names::file_name;
 use super::slice_name::{self, ColumnKind, SliceName, SliceRange};
-
-/// An array's rows, or the part of them a slice or a category selects.
-#[derive(Debug, Clone)]
-pub struct Table {
-    pub object: Arc<SomaObject>,
-    pub selection: Selection,
-}
-
-impl Table {
-    pub fn array(&self) -> &ArrayObject {
-        array_of(&self.object)
-    }
-}
-
-/// The array behind a table or an array's file.
-pub fn array_of(object: &SomaObject) -> &ArrayObject {
-    match object {
-        SomaObject::Array(array) => array,
-        SomaObject::Group(_) => unreachable!("array files are only made for arrays"),
-    }
-}
-
-/// The files soma-mount generates.
-#[derive(Debug, Clone)]
-pub enum FileKind {
-    /// `metadata.json` of an object.
-    Metadata(Arc<SomaObject>),
-    /// `schema.json` of an array.
-    Schema(Arc<SomaObject>),
-    /// `error.txt` of a member that cannot be opened.
-    ErrorText(Arc<str>),
-    /// A table in a format: `data.<ext>`, a slice, a category's rows.
-    Table(Table, TableFormat),
-    /// `data.npy` of a numeric dense array.
-    Npy(Arc<SomaObject>),
-    /// A spatial object's decoded JSON: `coordinate_space.json`, `transforms.json`,
-    /// `image.json`.
-    Spatial(Arc<SomaObject>, SpatialDoc),
-    /// `level_<n>.png`: one level (a dense array) of a multiscale image as a picture.
-    Png(Arc<SomaObject>, Vec<ImageAxis>),
-    /// A file of a Cell Ranger matrix directory.
-    Tenx(Arc<TenxLayer>, TenxFile),
-}
-
-/// Which file of a matrix directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TenxFile {
-    Matrix,
-    Features,
-    Barcodes,
-}
-
-/// Which spatial document.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpatialDoc {
-    CoordinateSpace,
-    Transforms,
-    Image,
-}
 
 /// What an inode stands for.
 #[derive(Debug, Clone)]
@@ -105,18 +48,23 @@ pub enum NodeKind {
     /// `slices/` of a table: its chunks, and any slice by name.
     Slices(Table),
     /// `by/` of a data frame: its enumerated columns.
-    By(Arc<SomaObject>),
+    By(Arc<ArrayObject>),
     /// `by/<column>/`: the column's labels.
-    ByColumn(Arc<SomaObject>, String),
+    ByColumn(Arc<ArrayObject>, String),
     /// `by/<column>/<label>/`: the rows holding the label.
     ByValue(Table),
-    File(FileKind),
+    File(Arc<dyn FileKind>),
 }
 
 impl NodeKind {
     pub fn is_dir(&self) -> bool {
         !matches!(self, NodeKind::File(_))
     }
+}
+
+/// A file of a kind.
+fn file(kind: impl FileKind + 'static) -> NodeKind {
+    NodeKind::File(Arc::new(kind))
 }
 
 /// A directory's entries: names and what each stands for, in listing order.
@@ -128,7 +76,7 @@ pub const NULL_LABEL: &str = "__null__";
 /// The listing of an object's directory, from the object opened, with the fingerprint of
 /// what it was made from; or, when the object cannot be opened, the error's listing.
 pub fn object_entries(
-    store: &Store,
+    store: &dyn Objects,
     uri: &str,
     recorded: Option<ObjectType>,
     obs: Option<&Arc<str>>,
@@ -154,7 +102,7 @@ pub fn object_entries(
 pub fn error_entries(message: &str) -> Entries {
     vec![(
         "error.txt".into(),
-        NodeKind::File(FileKind::ErrorText(message.into())),
+        file(Document::error_text(message.into())),
     )]
 }
 
@@ -168,7 +116,7 @@ fn same_object(uri: &str) -> String {
 
 /// The entries of an opened object's directory.
 fn object_files(
-    store: &Store,
+    store: &dyn Objects,
     object: Arc<SomaObject>,
     obs: Option<&Arc<str>>,
     ancestors: Arc<[String]>,
@@ -215,37 +163,31 @@ fn object_files(
     }
     named.push((
         "metadata.json".into(),
-        NodeKind::File(FileKind::Metadata(object.clone())),
+        file(Document::metadata(object.clone())),
     ));
     named.extend(spatial_entries(store, &object));
     if let SomaObject::Array(array) = object.as_ref() {
-        named.push((
-            "schema.json".into(),
-            NodeKind::File(FileKind::Schema(object.clone())),
-        ));
+        named.push(("schema.json".into(), file(Document::schema(object.clone()))));
         let table = Table {
-            object: object.clone(),
+            array: array.clone(),
             selection: Selection::default(),
         };
         named.extend(table_entries(&table));
-        if npy_layout(array).is_some() {
-            named.push((
-                "data.npy".into(),
-                NodeKind::File(FileKind::Npy(object.clone())),
-            ));
+        if let Some(npy) = NpyFile::of(array) {
+            named.push(("data.npy".into(), file(npy)));
         }
         if array.soma_type.is_dataframe() && enumerated_columns(array).next().is_some() {
-            named.push(("by".into(), NodeKind::By(object.clone())));
+            named.push(("by".into(), NodeKind::By(array.clone())));
         }
     }
     named
 }
 
 /// The spatial documents of an object, and the PNG of each level of an image.
-fn spatial_entries(store: &Store, object: &Arc<SomaObject>) -> Entries {
+fn spatial_entries(store: &dyn Objects, object: &Arc<SomaObject>) -> Entries {
     let metadata = object.metadata();
     let mut named = Vec::new();
-    let doc = |d| NodeKind::File(FileKind::Spatial(object.clone(), d));
+    let doc = |d| file(Document::spatial(object.clone(), d));
     if spatial::coordinate_space(metadata).is_some() {
         named.push((
             "coordinate_space.json".into(),
@@ -273,13 +215,10 @@ fn spatial_entries(store: &Store, object: &Arc<SomaObject>) -> Entries {
         };
         match store.open(&member.uri, Some(member.object_type)) {
             Ok(level) => match level.as_ref() {
-                SomaObject::Array(array) if png_layout(array, &axes).is_none() => {
-                    warn!("{}: image level {} cannot be drawn", group.uri, member.name)
-                }
-                SomaObject::Array(_) => named.push((
-                    format!("level_{n}.png"),
-                    NodeKind::File(FileKind::Png(level, axes.clone())),
-                )),
+                SomaObject::Array(array) => match PngFile::of(array, axes.clone()) {
+                    Some(png) => named.push((format!("level_{n}.png"), file(png))),
+                    None => warn!("{}: image level {} cannot be drawn", group.uri, member.name),
+                },
                 SomaObject::Group(_) => {
                     warn!("{}: image level {} is not an array", group.uri, member.name)
                 }
@@ -325,7 +264,7 @@ pub fn table_entries(table: &Table) -> Entries {
         .map(|format| {
             (
                 format!("data.{}", format.extension()),
-                NodeKind::File(FileKind::Table(table.clone(), format)),
+                file(TableFile::new(table.clone(), format)),
             )
         })
         .collect();
@@ -410,34 +349,34 @@ fn slice_file(table: &Table, slice: &SliceName) -> Option<NodeKind> {
         *ranges = vec![bounds];
     }
     let table = Table {
-        object: table.object.clone(),
+        array: table.array.clone(),
         selection: selection.clipped_to(array),
     };
-    Some(NodeKind::File(FileKind::Table(table, slice.format)))
+    Some(file(TableFile::new(table, slice.format)))
 }
 
 /// `by/`: the enumerated columns of a data frame.
-pub fn by_entries(object: &Arc<SomaObject>) -> Entries {
-    enumerated_columns(array_of(object))
+pub fn by_entries(array: &Arc<ArrayObject>) -> Entries {
+    enumerated_columns(array)
         .map(|c| {
             (
                 file_name(&c.name),
-                NodeKind::ByColumn(object.clone(), c.name.clone()),
+                NodeKind::ByColumn(array.clone(), c.name.clone()),
             )
         })
         .collect()
 }
 
 /// `by/<column>/`: every label of the column (and `__null__` when it is nullable).
-pub fn by_column_entries(object: &Arc<SomaObject>, column: &str) -> Entries {
-    labels(array_of(object), column)
+pub fn by_column_entries(array: &Arc<ArrayObject>, column: &str) -> Entries {
+    labels(array, column)
         .into_iter()
-        .map(|(name, label)| (name, by_value(object, column, label)))
+        .map(|(name, label)| (name, by_value(array, column, label)))
         .collect()
 }
 
 /// `10x/`: every sparse layer of the measurement's `X` (opening obs, var and each layer).
-pub fn tenx_entries(store: &Store, measurement: &SomaObject, obs: &str) -> Entries {
+pub fn tenx_entries(store: &dyn Objects, measurement: &SomaObject, obs: &str) -> Entries {
     let SomaObject::Group(group) = measurement else {
         return Vec::new();
     };
@@ -486,12 +425,12 @@ pub fn tenx_entries(store: &Store, measurement: &SomaObject, obs: &str) -> Entri
 /// A matrix directory: the three files (with `genes.tsv` and `features.tsv` both), and `by/`
 /// for a whole layer whose obs has enumerated columns.
 pub fn tenx_layer_entries(layer: &Arc<TenxLayer>) -> Entries {
-    let file = |f| NodeKind::File(FileKind::Tenx(layer.clone(), f));
+    let part = |part| file(TenxFile::new(layer.clone(), part));
     let mut named = vec![
-        ("matrix.mtx".into(), file(TenxFile::Matrix)),
-        ("genes.tsv".into(), file(TenxFile::Features)),
-        ("features.tsv".into(), file(TenxFile::Features)),
-        ("barcodes.tsv".into(), file(TenxFile::Barcodes)),
+        ("matrix.mtx".into(), part(TenxPart::Matrix)),
+        ("genes.tsv".into(), part(TenxPart::Features)),
+        ("features.tsv".into(), part(TenxPart::Features)),
+        ("barcodes.tsv".into(), part(TenxPart::Barcodes)),
     ];
     if layer.cells.is_none() && enumerated_columns(&layer.obs).next().is_some() {
         named.push(("by".into(), NodeKind::TenxBy(layer.clone())));
@@ -558,64 +497,12 @@ fn label_text(label: &Value, datatype: Datatype) -> String {
     }
 }
 
-fn by_value(object: &Arc<SomaObject>, column: &str, label: Option<Value>) -> NodeKind {
+fn by_value(array: &Arc<ArrayObject>, column: &str, label: Option<Value>) -> NodeKind {
     NodeKind::ByValue(Table {
-        object: object.clone(),
+        array: array.clone(),
         selection: Selection {
             equals: Some((column.to_owned(), label)),
             ..Selection::default()
         },
     })
-}
-
-/// The PNG of an image level: its value type and layout (whose size needs no data).
-pub fn png_layout(level: &ArrayObject, axes: &[ImageAxis]) -> Option<(DataType, PngLayout)> {
-    let shape = level.schema.shape.clone()?;
-    let values = level.schema.columns.iter().rfind(|c| !c.is_index)?;
-    let layout = PngLayout::new(&shape, &values.arrow_type, axes).ok()?;
-    Some((values.arrow_type.clone(), layout))
-}
-
-/// The `.npy` of a dense array with a numeric value column: header, item size and shape.
-pub fn npy_layout(array: &ArrayObject) -> Option<(Vec<u8>, u64, Vec<u64>)> {
-    if !array.schema.dense {
-        return None;
-    }
-    let shape = array.schema.shape.clone()?;
-    let values = array.schema.columns.iter().rfind(|c| !c.is_index)?;
-    let (descr, size) = npy::dtype(&values.arrow_type)?;
-    Some((npy::header(descr, &shape), size as u64, shape))
-}
-
-impl FileKind {
-    /// The content of a document, or why it cannot be made; `None` for data files, which
-    /// are generated when opened.
-    pub fn document(&self) -> Option<Result<Vec<u8>, String>> {
-        Some(Ok(match self {
-            FileKind::Metadata(object) => json::metadata_json(object.metadata()),
-            FileKind::Schema(object) => {
-                let array = array_of(object);
-                json::schema_json(array, array.stored_cells())
-            }
-            FileKind::ErrorText(message) => format!("{message}\n").into_bytes(),
-            FileKind::Spatial(object, doc) => {
-                let metadata = object.metadata();
-                let decoded = match doc {
-                    SpatialDoc::CoordinateSpace => spatial::coordinate_space(metadata),
-                    SpatialDoc::Transforms => spatial::transforms(metadata),
-                    SpatialDoc::Image => {
-                        spatial::image_schema(metadata).map(|r| r.map(|i| i.to_json()))
-                    }
-                };
-                match decoded {
-                    Some(Ok(doc)) => json::document(&doc),
-                    Some(Err(e)) => return Some(Err(format!("{}: {e}", object.uri()))),
-                    None => return Some(Err(format!("{}: no such document", object.uri()))),
-                }
-            }
-            FileKind::Table(..) | FileKind::Npy(_) | FileKind::Png(..) | FileKind::Tenx(..) => {
-                return None
-            }
-        }))
-    }
 }

@@ -1,27 +1,31 @@
 //! Open files: what a file handle reads from. Small documents are bytes in memory; generated
 //! data is a cache entry on disk, or a stream that a generator thread is still writing into a
-//! cache file; `.npy` files map byte ranges to cells and read just those.
+//! cache file; some files (`.npy`) read each byte range on demand.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::soma::{dense_values, SomaObject};
 use crate::sync::{Recover, Task};
 
 use super::cache::{CacheKey, ContentCache};
-use super::node::array_of;
 
 /// How far a generator may run ahead of the furthest byte a reader asked for.
 const READ_AHEAD_BYTES: u64 = 64 << 20;
+
+/// Content read a byte range at a time, each range on its own.
+pub trait ReadAt: Send + Sync {
+    /// Up to `size` bytes at `offset`; fewer only at the end.
+    fn read_at(&self, offset: u64, size: u32) -> io::Result<Vec<u8>>;
+}
 
 /// What one file handle reads.
 pub enum OpenFile {
     Bytes(Arc<[u8]>),
     Cached(File),
     Streaming(Arc<Stream>),
-    Npy(NpyFile),
+    Ranges(Box<dyn ReadAt>),
 }
 
 impl OpenFile {
@@ -38,7 +42,7 @@ impl OpenFile {
             }
             OpenFile::Cached(file) => read_at(file, offset, size as u64),
             OpenFile::Streaming(stream) => stream.read(offset, size),
-            OpenFile::Npy(npy) => npy.read(offset, size),
+            OpenFile::Ranges(ranges) => ranges.read_at(offset, size),
         }
     }
 
@@ -258,109 +262,6 @@ impl Write for StreamSink<'_> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.file.flush()
-    }
-}
-
-/// A dense array's `.npy`: the header, then values in C order read on demand.
-pub struct NpyFile {
-    /// The dense array.
-    object: Arc<SomaObject>,
-    header: Vec<u8>,
-    item_size: u64,
-    shape: Vec<u64>,
-    /// The tile extent of the first dimension, in rows.
-    tile_rows: u64,
-    /// The rows of the first dimension read last: (first row, their bytes).
-    last_rows: Mutex<Option<(u64, Arc<Vec<u8>>)>>,
-    /// Held while reading: one read at a time, so that a reader that waited may find its
-    /// rows read by the one before it.
-    reading: Mutex<()>,
-}
-
-/// At least this many bytes of rows are read per query, for sequential readers.
-const NPY_MIN_READ_BYTES: u64 = 1 << 20;
-
-impl NpyFile {
-    pub fn new(object: Arc<SomaObject>, header: Vec<u8>, item_size: u64, shape: Vec<u64>) -> Self {
-        let tile_rows = array_of(&object)
-            .schema
-            .first_tile_extent()
-            .map_or(1, |extent| extent as u64);
-        NpyFile {
-            object,
-            header,
-            item_size,
-            shape,
-            tile_rows,
-            last_rows: Mutex::new(None),
-            reading: Mutex::new(()),
-        }
-    }
-
-    /// The whole file's size: header and every cell.
-    pub fn size(&self) -> u64 {
-        self.header.len() as u64 + self.shape.iter().product::<u64>() * self.item_size
-    }
-
-    fn read(&self, offset: u64, size: u32) -> io::Result<Vec<u8>> {
-        let end = offset.saturating_add(u64::from(size)).min(self.size());
-        let header_len = self.header.len() as u64;
-        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
-        let mut pos = offset;
-        if pos < header_len.min(end) {
-            out.extend_from_slice(&self.header[pos as usize..header_len.min(end) as usize]);
-            pos = header_len.min(end);
-        }
-        let row_bytes = self.shape.iter().skip(1).product::<u64>() * self.item_size;
-        while pos < end && row_bytes > 0 {
-            let data_pos = pos - header_len;
-            let row = data_pos / row_bytes;
-            let (first, rows) = self.rows_from(row, end - header_len)?;
-            let skip = (data_pos - first * row_bytes) as usize;
-            let take = ((end - pos) as usize).min(rows.len().saturating_sub(skip));
-            if take == 0 {
-                return Err(io::Error::other(
-                    "dense read returned fewer cells than the shape",
-                ));
-            }
-            out.extend_from_slice(&rows[skip..skip + take]);
-            pos += take as u64;
-        }
-        Ok(out)
-    }
-
-    /// Rows starting at or before `row` covering data bytes up to `data_end`, from the last
-    /// read when it has them, else from a new dense read.
-    fn rows_from(&self, row: u64, data_end: u64) -> io::Result<(u64, Arc<Vec<u8>>)> {
-        let row_bytes = self.shape.iter().skip(1).product::<u64>() * self.item_size;
-        let held = || {
-            let last = self.last_rows.lock().recover();
-            last.as_ref()
-                .filter(|(first, bytes)| {
-                    row >= *first && row < first + bytes.len() as u64 / row_bytes
-                })
-                .cloned()
-        };
-        if let Some(rows) = held() {
-            return Ok(rows);
-        }
-        let _reading = self.reading.lock().recover();
-        if let Some(rows) = held() {
-            return Ok(rows);
-        }
-        let array = array_of(&self.object);
-        // Whole tiles of the first dimension: libtiledb decompresses whole tiles anyway, so
-        // a read that stops inside one would pay for it again on the next read.
-        let extent = self.tile_rows.max(1);
-        let first = row - row % extent;
-        let wanted_rows = data_end.div_ceil(row_bytes).saturating_sub(first);
-        let min_rows = NPY_MIN_READ_BYTES.div_ceil(row_bytes);
-        let rows = wanted_rows.max(min_rows).div_ceil(extent) * extent;
-        let last_row = (first + rows).min(self.shape[0]) - 1;
-        let bytes = dense_values(array, Some((first, last_row))).map_err(io::Error::other)?;
-        let bytes = Arc::new(bytes);
-        *self.last_rows.lock().recover() = Some((first, bytes.clone()));
-        Ok((first, bytes))
     }
 }
 

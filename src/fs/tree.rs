@@ -16,37 +16,22 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use log::warn;
 
-use crate::soma::Store;
+use crate::soma::Objects;
 use crate::sync::{Background, Recover};
 
-use super::data::{
-    generate_table, generate_tenx, generated_on_stat, io_error, open_png, open_table, open_tenx,
-    table_key, tenx_key, DataOptions,
-};
-use super::node::{self, array_of, FileKind, NodeKind};
-use super::open_file::{NpyFile, OpenFile, Outcome, Stream};
+use super::data::DataOptions;
+use super::error::{FsError, FsResult};
+use super::files::{FileContext, FileKind};
+use super::node::{self, NodeKind};
+use super::open_file::{OpenFile, Outcome, Stream};
 
 pub type Ino = u64;
 pub const ROOT: Ino = 1;
-
-/// Why an operation failed, as the filesystem will report it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FsError {
-    /// No such entry (`ENOENT`).
-    NotFound,
-    /// A directory where a file was needed, or the reverse.
-    NotADirectory,
-    IsADirectory,
-    /// The backend failed (`EIO`); the message has already been logged.
-    Io(String),
-}
-
-pub type FsResult<T> = Result<T, FsError>;
 
 /// A directory's entries, made on first look.
 struct Listing {
@@ -78,8 +63,6 @@ struct Node {
     making: Mutex<()>,
     /// Entries found by lookup that the listing does not show (slices opened by name).
     found: Mutex<HashMap<String, Ino>>,
-    /// A document's bytes, made on first look.
-    content: OnceLock<FsResult<Arc<[u8]>>>,
 }
 
 /// What `stat` shows of an inode.
@@ -97,9 +80,6 @@ pub struct Attr {
 /// generated (see [`Tree::stat`]).
 pub type AttrAnswer = Box<dyn FnOnce(FsResult<Attr>) + Send>;
 
-/// Generates a file's content into the cache (for a `stat` that waits for its size).
-type Generation = Box<dyn FnOnce(&Tree) -> FsResult<()> + Send>;
-
 /// An open file handle's answer: its number, and whether it must be read with direct I/O
 /// (its size is not known yet).
 pub struct Opened {
@@ -115,8 +95,9 @@ pub struct Tree {
     /// The tree itself, for the threads that open members ahead.
     me: Weak<Tree>,
     background: Arc<Background>,
-    store: Store,
-    data: DataOptions,
+    store: Box<dyn Objects>,
+    /// What files are generated with.
+    files: FileContext,
     nodes: RwLock<Vec<Arc<Node>>>,
     open_files: Mutex<HashMap<u64, Arc<OpenFile>>>,
     /// Open handles of files generated while they are read, by inode: a `stat` waits for
@@ -127,18 +108,22 @@ pub struct Tree {
 
 impl Tree {
     /// A tree whose root is the object at `root_uri`.
-    pub fn new(store: Store, root_uri: &str, data: DataOptions) -> Arc<Tree> {
+    pub fn new(store: impl Objects + 'static, root_uri: &str, data: DataOptions) -> Arc<Tree> {
         let root = Node::new(NodeKind::Object {
             uri: root_uri.to_owned(),
             recorded: None,
             obs: None,
             ancestors: Arc::new([]),
         });
+        let background = Arc::new(Background::default());
         Arc::new_cyclic(|me| Tree {
             me: me.clone(),
-            background: Arc::default(),
-            store,
-            data,
+            background: background.clone(),
+            store: Box::new(store),
+            files: FileContext {
+                options: data,
+                background: background.clone(),
+            },
             // Inode numbers start at 1 (`ROOT`): slot 0 is never handed out.
             nodes: RwLock::new(vec![root.clone(), root]),
             open_files: Mutex::new(HashMap::new()),
@@ -178,22 +163,8 @@ impl Tree {
     pub fn attr(&self, ino: Ino) -> FsResult<Attr> {
         let node = self.node(ino)?;
         let size = match &node.kind {
-            kind if kind.is_dir() => Some(0),
-            NodeKind::File(FileKind::Table(table, format)) => {
-                self.data.cache.size(&table_key(table, *format))
-            }
-            NodeKind::File(FileKind::Png(level, axes)) => {
-                node::png_layout(array_of(level), axes).map(|(_, layout)| layout.file_size())
-            }
-            NodeKind::File(FileKind::Tenx(layer, file)) => {
-                self.data.cache.size(&tenx_key(layer, *file))
-            }
-            NodeKind::File(FileKind::Npy(object)) => {
-                node::npy_layout(array_of(object)).map(|(header, item, shape)| {
-                    header.len() as u64 + shape.iter().product::<u64>() * item
-                })
-            }
-            _ => Some(self.content_of(&node)?.len() as u64),
+            NodeKind::File(file) => file.size(&self.files)?,
+            _ => Some(0),
         };
         Ok(Attr {
             ino,
@@ -206,8 +177,9 @@ impl Tree {
     /// Answers a `stat` of an inode. A data file whose size is not known yet is answered
     /// once it is, when it is being generated for a reader (the size-trusting readers,
     /// DuckDB and polars, open a file and then `fstat` it), or when a `stat` generates it
-    /// ([`generated_on_stat`]: `fread`, `tar` and `rsync` take sizes from `stat` before they
-    /// open); otherwise at once, with size 0. Nothing waits in the FUSE request's thread.
+    /// ([`FileKind::generated_on_stat`]: `fread`, `tar` and `rsync` take sizes from `stat`
+    /// before they open); otherwise at once, with size 0. Nothing waits in the FUSE
+    /// request's thread.
     pub fn stat(&self, ino: Ino, answer: AttrAnswer) {
         let attr = match self.attr(ino) {
             Ok(attr) if !attr.size_known => attr,
@@ -222,7 +194,7 @@ impl Tree {
                 Outcome::Done(_) | Outcome::Stopped => answer(tree.attr(ino)),
             });
         }
-        let Some(generate) = self.generation_on_stat(ino) else {
+        let Some(file) = self.generation_on_stat(ino) else {
             return answer(Ok(attr));
         };
         let Some(task) = self.background.begin() else {
@@ -233,8 +205,8 @@ impl Tree {
         let spawned = std::thread::Builder::new()
             .name("soma-generate".into())
             .spawn(move || {
-                let generated = crate::sync::catch_panic(|| generate(&tree))
-                    .unwrap_or_else(|panic| Err(io_error("generating on stat", panic)));
+                let generated = crate::sync::catch_panic(|| file.generate(&tree.files))
+                    .unwrap_or_else(|panic| Err(FsError::io("generating on stat", panic)));
                 if let Some(answer) = answer.lock().recover().take() {
                     answer(generated.and_then(|()| tree.attr(ino)));
                 }
@@ -260,24 +232,10 @@ impl Tree {
         }
     }
 
-    /// How a `stat` of an inode generates its content, when it does.
-    fn generation_on_stat(&self, ino: Ino) -> Option<Generation> {
-        let node = self.node(ino).ok()?;
-        match &node.kind {
-            NodeKind::File(FileKind::Table(table, format))
-                if generated_on_stat(&self.data, table, *format) =>
-            {
-                let (table, format) = (table.clone(), *format);
-                Some(Box::new(move |tree| {
-                    generate_table(&tree.data, &table, format)
-                }))
-            }
-            NodeKind::File(FileKind::Tenx(layer, file)) if self.data.exact_sizes => {
-                let (layer, file) = (layer.clone(), *file);
-                Some(Box::new(move |tree| {
-                    generate_tenx(&tree.data, &layer, file)
-                }))
-            }
+    /// The file an inode stands for when a `stat` of it generates it.
+    fn generation_on_stat(&self, ino: Ino) -> Option<Arc<dyn FileKind>> {
+        match &self.node(ino).ok()?.kind {
+            NodeKind::File(file) if file.generated_on_stat(&self.files) => Some(file.clone()),
             _ => None,
         }
     }
@@ -326,39 +284,15 @@ impl Tree {
             .collect())
     }
 
-    fn content_of(&self, node: &Node) -> FsResult<Arc<[u8]>> {
-        let NodeKind::File(file) = &node.kind else {
-            return Err(FsError::IsADirectory);
-        };
-        node.content
-            .get_or_init(|| match file.document() {
-                Some(Ok(bytes)) => Ok(Arc::from(bytes)),
-                Some(Err(e)) => Err(io_error("cannot make a document", e)),
-                None => Err(FsError::IsADirectory),
-            })
-            .clone()
-    }
-
     /// Opens a file for reading.
     pub fn open(&self, ino: Ino) -> FsResult<Opened> {
         let node = self.node(ino)?;
         let NodeKind::File(file) = &node.kind else {
             return Err(FsError::IsADirectory);
         };
-        let (open_file, direct_io) = match file {
-            FileKind::Table(table, format) => {
-                open_table(&self.data, &self.background, table, *format)?
-            }
-            FileKind::Png(level, axes) => (open_png(&self.data, array_of(level), axes)?, false),
-            FileKind::Tenx(layer, file) => (open_tenx(&self.data, layer, *file)?, false),
-            FileKind::Npy(object) => {
-                let (header, item, shape) =
-                    node::npy_layout(array_of(object)).ok_or(FsError::NotFound)?;
-                let npy = NpyFile::new(object.clone(), header, item, shape);
-                (OpenFile::Npy(npy), false)
-            }
-            _ => (OpenFile::Bytes(self.content_of(&node)?), false),
-        };
+        let open_file = file.open(&self.files)?;
+        // A file whose size is not known yet is read with direct I/O.
+        let direct_io = matches!(open_file, OpenFile::Streaming(_));
         let cache_file = match &open_file {
             OpenFile::Cached(file) => file.try_clone().ok(),
             _ => None,
@@ -389,7 +323,7 @@ impl Tree {
             .ok_or(FsError::NotFound)?;
         open_file
             .read(offset, size)
-            .map_err(|e| io_error("read failed", e))
+            .map_err(|e| FsError::io("read failed", e))
     }
 
     /// Closes a file handle.
@@ -416,7 +350,7 @@ impl Tree {
         let fresh = |current: &Option<Arc<Listing>>| {
             current
                 .as_ref()
-                .filter(|l| !expires || l.made.elapsed() < self.data.metadata_ttl)
+                .filter(|l| !expires || l.made.elapsed() < self.files.options.metadata_ttl)
                 .cloned()
         };
         if let Some(listing) = fresh(&node.listing.read().recover()) {
@@ -434,25 +368,30 @@ impl Tree {
                 recorded,
                 obs,
                 ancestors,
-            } => match node::object_entries(&self.store, uri, *recorded, obs.as_ref(), ancestors) {
-                Ok((fingerprint, named)) => (Some(fingerprint), named),
-                // A refresh that fails keeps the last good listing (a store that is briefly
-                // unreachable must not look emptied); the next look tries again.
-                Err(_) if current.as_ref().is_some_and(|l| l.fingerprint.is_some()) => {
-                    warn!("{uri}: keeping the last listing until the store answers again");
-                    let kept = current.expect("checked just above").renewed();
-                    *node.listing.write().recover() = Some(kept.clone());
-                    return Ok(kept);
+            } => {
+                match node::object_entries(&*self.store, uri, *recorded, obs.as_ref(), ancestors) {
+                    Ok((fingerprint, named)) => (Some(fingerprint), named),
+                    // A refresh that fails keeps the last good listing (a store that is briefly
+                    // unreachable must not look emptied); the next look tries again.
+                    Err(_) if current.as_ref().is_some_and(|l| l.fingerprint.is_some()) => {
+                        warn!("{uri}: keeping the last listing until the store answers again");
+                        let kept = current.expect("checked just above").renewed();
+                        *node.listing.write().recover() = Some(kept.clone());
+                        return Ok(kept);
+                    }
+                    Err(named) => (None, named),
                 }
-                Err(named) => (None, named),
-            },
+            }
             NodeKind::Broken(message) => (None, node::error_entries(message)),
-            NodeKind::Slices(table) => (None, node::slices_entries(table, self.data.chunk_cells)),
+            NodeKind::Slices(table) => (
+                None,
+                node::slices_entries(table, self.files.options.chunk_cells),
+            ),
             NodeKind::By(object) => (None, node::by_entries(object)),
             NodeKind::ByColumn(object, column) => (None, node::by_column_entries(object, column)),
             NodeKind::ByValue(table) => (None, node::table_entries(table)),
             NodeKind::Tenx { measurement, obs } => {
-                (None, node::tenx_entries(&self.store, measurement, obs))
+                (None, node::tenx_entries(&*self.store, measurement, obs))
             }
             NodeKind::TenxLayer(layer) => (None, node::tenx_layer_entries(layer)),
             NodeKind::TenxBy(layer) => (None, node::tenx_by_entries(layer)),
@@ -495,7 +434,7 @@ impl Tree {
         };
         // No thread: the members are opened when they are looked at.
         let _ = std::thread::Builder::new()
-            .name("soma-prefetch".into())
+            .name("soma-open-ahead".into())
             .spawn(move || {
                 tree.open_members(&members);
                 drop(task);
@@ -553,7 +492,6 @@ impl Node {
             listing: RwLock::new(None),
             making: Mutex::new(()),
             found: Mutex::new(HashMap::new()),
-            content: OnceLock::new(),
         })
     }
 }

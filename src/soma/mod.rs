@@ -5,6 +5,7 @@
 //! reads array data. The filesystem above asks for objects by URI through a [`Store`], which
 //! owns the libtiledb context and the mount's time-travel timestamp.
 
+mod error;
 mod object;
 mod reader;
 mod schema;
@@ -12,7 +13,8 @@ mod slice;
 pub mod spatial;
 pub mod tenx;
 
-pub use object::{ArrayObject, GroupObject, SomaObject, SomaType, Store};
+pub use error::{Error, Result};
+pub use object::{ArrayObject, GroupObject, Objects, SomaObject, SomaType, Store};
 pub use reader::{dense_values, BatchReader, ReadAhead, Selection, BATCH_BYTES};
 pub use schema::{arrow_type, Column, SomaSchema};
 pub use slice::{chunks, estimated_cells};

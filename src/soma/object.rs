@@ -117,10 +117,36 @@ pub struct ArrayObject {
     pub content_id: String,
     /// The array as this snapshot opened it. Every read goes through it: libtiledb shares an
     /// open array between concurrent queries, and a reopen would cost round trips on S3.
-    handle: Arc<Array>,
+    /// (`None` for an array only described, as the filesystem's unit tests make them.)
+    handle: Option<Arc<Array>>,
 }
 
 impl ArrayObject {
+    /// An array described without libtiledb: it lists, sizes and names files like any
+    /// other, and every read of its data fails. For tests of what is built on arrays.
+    pub fn described(
+        uri: &str,
+        soma_type: SomaType,
+        metadata: Metadata,
+        schema: SomaSchema,
+        non_empty_domain: Vec<Option<tiledb::Bounds>>,
+        fragments: Vec<Fragment>,
+    ) -> ArrayObject {
+        let mut array = ArrayObject {
+            uri: uri.to_owned(),
+            soma_type,
+            metadata,
+            schema,
+            non_empty_domain,
+            fragments,
+            mount_timestamp_ms: None,
+            content_id: String::new(),
+            handle: None,
+        };
+        array.content_id = array.content_digest();
+        array
+    }
+
     /// The digest of what the array's content depends on: the URI, the mount's timestamp,
     /// the schema (enumerations included) and the fragments. Snapshots with equal digests
     /// hold equal data; cache keys are made from it.
@@ -140,8 +166,10 @@ impl ArrayObject {
     }
 
     /// The array open at this snapshot, for queries.
-    pub fn handle(&self) -> Arc<Array> {
-        self.handle.clone()
+    pub fn handle(&self) -> super::Result<Arc<Array>> {
+        self.handle.clone().ok_or_else(|| {
+            super::Error::invalid(format!("{}: described only, no data to read", self.uri))
+        })
     }
 
     /// The number of stored cells.
@@ -197,6 +225,19 @@ impl SomaObject {
             SomaObject::Group(g) => format!("{:?}{:?}", g.metadata, g.members),
             SomaObject::Array(a) => format!("{:?}{}", a.metadata, a.content_id),
         }
+    }
+}
+
+/// Where the filesystem gets its objects: a [`Store`], or in tests a store made up in
+/// memory.
+pub trait Objects: Send + Sync {
+    /// The object at `uri`; `recorded` is what the group listing it records it as.
+    fn open(&self, uri: &str, recorded: Option<ObjectType>) -> tiledb::Result<Arc<SomaObject>>;
+}
+
+impl Objects for Store {
+    fn open(&self, uri: &str, recorded: Option<ObjectType>) -> tiledb::Result<Arc<SomaObject>> {
+        Store::open(self, uri, recorded)
     }
 }
 
@@ -365,7 +406,7 @@ impl Store {
             fragments,
             mount_timestamp_ms: self.timestamp_ms,
             content_id: String::new(),
-            handle: Arc::new(array),
+            handle: Some(Arc::new(array)),
         };
         array.content_id = array.content_digest();
         Ok(array)

@@ -38,6 +38,7 @@ use crate::tiledb::{
     QueryCondition, ReadQuery, TileUnit, Value,
 };
 
+use super::error::{Error, Result};
 use super::object::ArrayObject;
 use super::schema::Column;
 
@@ -97,10 +98,6 @@ enum Plan {
     Sorted(Layout),
     /// Global order, sorted band by band: bands of `extent` rows from `origin`.
     Bands { extent: i128, origin: i128 },
-}
-
-fn tiledb_err(e: impl std::fmt::Display) -> tiledb::Error {
-    tiledb::Error::new(e.to_string())
 }
 
 /// Chooses how to read `array` sorted (see the module's notes).
@@ -221,8 +218,8 @@ impl BatchReader {
         array: &ArrayObject,
         selection: &Selection,
         batch_bytes: usize,
-    ) -> tiledb::Result<BatchReader> {
-        let handle = array.handle();
+    ) -> Result<BatchReader> {
+        let handle = array.handle()?;
         let columns: Vec<Column> = array
             .schema
             .columns
@@ -259,7 +256,7 @@ impl BatchReader {
                     .find(|c| &c.name == name)
                     .and_then(|c| c.enumeration.as_ref())
                     .map(|e| e.datatype)
-                    .ok_or_else(|| tiledb::Error::new(format!("{name} is not enumerated")))?;
+                    .ok_or_else(|| Error::invalid(format!("{name} is not enumerated")))?;
                 let bytes = label.as_ref().map(|v| v.to_native(datatype)).transpose()?;
                 Some(QueryCondition::equals(&handle, name, bytes.as_deref())?)
             }
@@ -355,7 +352,7 @@ impl BatchReader {
         let labels = columns
             .iter()
             .map(|c| c.enumeration.as_ref().map(labels_array).transpose())
-            .collect::<tiledb::Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>()?;
         let mut reader = BatchReader {
             array: handle,
             specs,
@@ -386,7 +383,7 @@ impl BatchReader {
     }
 
     /// A query over the reader's ranges, with dimension 0 narrowed to `run` when given.
-    fn new_query(&self, run: Option<(i128, i128)>) -> tiledb::Result<ReadQuery> {
+    fn new_query(&self, run: Option<(i128, i128)>) -> Result<ReadQuery> {
         let mut ranges = self.ranges.clone();
         let mut expected_cells = self.expected_cells;
         if let Some((lo, hi)) = run {
@@ -407,14 +404,14 @@ impl BatchReader {
             expected_cells,
             unit: self.unit,
         };
-        ReadQuery::new(
+        Ok(ReadQuery::new(
             self.array.clone(),
             self.layout,
             &ranges,
             &self.specs,
             self.condition.as_ref(),
             sizing,
-        )
+        )?)
     }
 
     pub fn schema(&self) -> SchemaRef {
@@ -422,14 +419,14 @@ impl BatchReader {
     }
 
     /// The next batch of rows, `None` at the end.
-    pub fn next_batch(&mut self) -> tiledb::Result<Option<RecordBatch>> {
+    pub fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         let next = self.next_sorted_batch()?;
         match &next {
             Some(batch) => self.rows_returned += batch.num_rows() as u64,
             None => {
                 if let Some(expected) = self.expected_rows {
                     if expected != self.rows_returned {
-                        return Err(tiledb::Error::new(format!(
+                        return Err(Error::invalid(format!(
                             "a dense read returned {} cells of the {expected} it selects",
                             self.rows_returned
                         )));
@@ -440,7 +437,7 @@ impl BatchReader {
         Ok(next)
     }
 
-    fn next_sorted_batch(&mut self) -> tiledb::Result<Option<RecordBatch>> {
+    fn next_sorted_batch(&mut self) -> Result<Option<RecordBatch>> {
         loop {
             if let Some(batch) = self.ready.pop_front() {
                 return Ok(Some(batch));
@@ -466,7 +463,7 @@ impl BatchReader {
     }
 
     /// The next batch as libtiledb returns it, moving on to the next run when a query ends.
-    fn next_query_batch(&mut self) -> tiledb::Result<Step> {
+    fn next_query_batch(&mut self) -> Result<Step> {
         if self.query.is_none() {
             match self.runs.pop_front() {
                 Some(run) if run.0 <= run.1 => self.query = Some(self.new_query(Some(run))?),
@@ -489,10 +486,11 @@ impl BatchReader {
             .zip(batch.columns)
             .zip(&self.labels)
             .map(|((column, data), labels)| to_arrow(column, data, cells, labels.as_ref()))
-            .collect::<tiledb::Result<Vec<_>>>()?;
-        RecordBatch::try_new(self.schema.clone(), arrays)
-            .map(Step::Batch)
-            .map_err(tiledb_err)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Step::Batch(RecordBatch::try_new(
+            self.schema.clone(),
+            arrays,
+        )?))
     }
 }
 
@@ -516,20 +514,16 @@ struct BandSorter {
 }
 
 /// The values of an int64 index column (band-sorted reads have only those).
-fn int64_values(array: &ArrayRef) -> tiledb::Result<&[i64]> {
+fn int64_values(array: &ArrayRef) -> Result<&[i64]> {
     array
         .as_primitive_opt::<Int64Type>()
         .map(|a| a.values().as_ref())
-        .ok_or_else(|| tiledb::Error::new("band-sorted reads need int64 index columns"))
+        .ok_or_else(|| Error::invalid("band-sorted reads need int64 index columns"))
 }
 
 impl BandSorter {
     /// Takes a batch in global order; every band it completes goes sorted to `ready`.
-    fn push(
-        &mut self,
-        batch: &RecordBatch,
-        ready: &mut VecDeque<RecordBatch>,
-    ) -> tiledb::Result<()> {
+    fn push(&mut self, batch: &RecordBatch, ready: &mut VecDeque<RecordBatch>) -> Result<()> {
         let first = int64_values(batch.column(0))?;
         let mut start = 0;
         while start < first.len() {
@@ -556,13 +550,12 @@ impl BandSorter {
     }
 
     /// Sorts the band held so far into `ready`.
-    fn finish_band(&mut self, ready: &mut VecDeque<RecordBatch>) -> tiledb::Result<()> {
+    fn finish_band(&mut self, ready: &mut VecDeque<RecordBatch>) -> Result<()> {
         let Some(band) = self.band.take() else {
             return Ok(());
         };
         let schema = self.pending[0].schema();
-        let rows =
-            arrow_select::concat::concat_batches(&schema, &self.pending).map_err(tiledb_err)?;
+        let rows = arrow_select::concat::concat_batches(&schema, &self.pending)?;
         self.pending.clear();
         let order = if self.key_columns == 1 {
             // Two dimensions: a counting sort on the first coordinate's place in the band.
@@ -575,7 +568,7 @@ impl BandSorter {
         } else {
             let keys = (0..self.key_columns)
                 .map(|i| int64_values(rows.column(i)))
-                .collect::<tiledb::Result<Vec<_>>>()?;
+                .collect::<Result<Vec<_>>>()?;
             let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
             // Stable: cells with equal leading coordinates keep their (sorted) arrival order.
             order.sort_by(|&a, &b| {
@@ -589,8 +582,7 @@ impl BandSorter {
         if order.windows(2).all(|w| w[0] < w[1]) {
             ready.push_back(rows);
         } else {
-            let sorted = arrow_select::take::take_record_batch(&rows, &UInt32Array::from(order))
-                .map_err(tiledb_err)?;
+            let sorted = arrow_select::take::take_record_batch(&rows, &UInt32Array::from(order))?;
             ready.push_back(sorted);
         }
         Ok(())
@@ -627,7 +619,7 @@ fn counting_sort(places: &[usize], buckets: usize) -> Vec<u32> {
 /// that panics sends its panic as an error, and a channel that closes without either (a
 /// thread that died some other way) is an error for the consumer too, never the end.
 pub struct ReadAhead {
-    batches: mpsc::Receiver<tiledb::Result<Option<RecordBatch>>>,
+    batches: mpsc::Receiver<Result<Option<RecordBatch>>>,
     schema: SchemaRef,
     reader: Option<std::thread::JoinHandle<()>>,
     ended: bool,
@@ -645,7 +637,7 @@ impl ReadAhead {
                     crate::fault::pass(crate::fault::Point::Read);
                     next
                 })
-                .unwrap_or_else(|panic| Err(tiledb::Error::new(panic)));
+                .unwrap_or_else(|panic| Err(Error::invalid(panic)));
                 let last = !matches!(next, Ok(Some(_)));
                 if tx.send(next).is_err() || last {
                     return;
@@ -664,12 +656,12 @@ impl ReadAhead {
     }
 
     /// The next batch, `None` at the end.
-    pub fn next_batch(&mut self) -> tiledb::Result<Option<RecordBatch>> {
+    pub fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         if self.ended {
             return Ok(None);
         }
         let next = self.batches.recv().unwrap_or_else(|_| {
-            Err(tiledb::Error::new(
+            Err(Error::invalid(
                 "the read thread stopped before the end of the data",
             ))
         });
@@ -692,7 +684,7 @@ impl Drop for ReadAhead {
 
 /// The values of a dense array in C order, as native bytes (bool as one byte each): all of
 /// it, or rows `first..=last` of its first dimension (counted from the domain's start).
-pub fn dense_values(array: &ArrayObject, rows: Option<(u64, u64)>) -> tiledb::Result<Vec<u8>> {
+pub fn dense_values(array: &ArrayObject, rows: Option<(u64, u64)>) -> Result<Vec<u8>> {
     let mut selection = Selection::default();
     if let Some((first, last)) = rows {
         let lo = match array
@@ -726,7 +718,7 @@ pub fn dense_values(array: &ArrayObject, rows: Option<(u64, u64)>) -> tiledb::Re
 }
 
 /// An enumeration's labels as an Arrow array of the dictionary's value type.
-fn labels_array(e: &EnumerationInfo) -> tiledb::Result<ArrayRef> {
+fn labels_array(e: &EnumerationInfo) -> Result<ArrayRef> {
     let array: ArrayRef = if e.datatype.is_string() {
         Arc::new(LargeStringArray::from_iter_values(e.values.iter().map(
             |v| match v {
@@ -762,8 +754,7 @@ fn labels_array(e: &EnumerationInfo) -> tiledb::Result<ArrayRef> {
             arrow_data::ArrayData::builder(dt)
                 .len(e.values.len())
                 .add_buffer(values_buffer(bytes))
-                .build()
-                .map_err(tiledb_err)?,
+                .build()?,
         )
     };
     Ok(array)
@@ -777,13 +768,13 @@ fn nulls(data: &ColumnData, cells: usize) -> Option<NullBuffer> {
 
 /// Arrow large offsets over libtiledb's, taken over without a copy once checked: Arrow
 /// requires them to start at or above 0 and never decrease.
-fn large_offsets(offsets: Vec<u64>, cells: usize) -> tiledb::Result<OffsetBuffer<i64>> {
+fn large_offsets(offsets: Vec<u64>, cells: usize) -> Result<OffsetBuffer<i64>> {
     let valid = offsets.len() > cells
         && offsets[0] <= i64::MAX as u64
         && offsets[cells] <= i64::MAX as u64
         && offsets[..=cells].windows(2).all(|w| w[0] <= w[1]);
     if !valid {
-        return Err(tiledb::Error::new(
+        return Err(Error::invalid(
             "libtiledb returned invalid var-sized offsets",
         ));
     }
@@ -808,7 +799,7 @@ fn to_arrow(
     data: ColumnData,
     cells: usize,
     labels: Option<&ArrayRef>,
-) -> tiledb::Result<ArrayRef> {
+) -> Result<ArrayRef> {
     if cells == 0 {
         return Ok(new_empty_array(&column.arrow_type));
     }
@@ -821,13 +812,13 @@ fn to_arrow(
         DataType::LargeUtf8 | DataType::LargeBinary => {
             let offsets = data
                 .offsets
-                .ok_or_else(|| tiledb::Error::new("var-sized column without offsets"))?;
+                .ok_or_else(|| Error::invalid("var-sized column without offsets"))?;
             let offsets = large_offsets(offsets, cells)?;
             let values = values_buffer(data.data);
             if column.arrow_type == DataType::LargeUtf8 {
-                Arc::new(LargeStringArray::try_new(offsets, values, nulls).map_err(tiledb_err)?)
+                Arc::new(LargeStringArray::try_new(offsets, values, nulls)?)
             } else {
-                Arc::new(LargeBinaryArray::try_new(offsets, values, nulls).map_err(tiledb_err)?)
+                Arc::new(LargeBinaryArray::try_new(offsets, values, nulls)?)
             }
         }
         DataType::Date32 => {
@@ -844,15 +835,14 @@ fn to_arrow(
         }
         DataType::Dictionary(_, _) => {
             let labels =
-                labels.ok_or_else(|| tiledb::Error::new("enumerated column without labels"))?;
+                labels.ok_or_else(|| Error::invalid("enumerated column without labels"))?;
             make_array(
                 arrow_data::ArrayData::builder(column.arrow_type.clone())
                     .len(cells)
                     .add_buffer(values_buffer(data.data))
                     .nulls(nulls)
                     .add_child_data(labels.to_data())
-                    .build()
-                    .map_err(tiledb_err)?,
+                    .build()?,
             )
         }
         primitive => make_array(
@@ -860,8 +850,7 @@ fn to_arrow(
                 .len(cells)
                 .add_buffer(values_buffer(data.data))
                 .nulls(nulls)
-                .build()
-                .map_err(tiledb_err)?,
+                .build()?,
         ),
     };
     Ok(array)

@@ -9,8 +9,9 @@ use arrow_array::types::Int64Type;
 use arrow_array::{Array as _, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 
-use crate::tiledb::{self, Value};
+use crate::tiledb::Value;
 
+use super::error::{Error, Result};
 use super::object::ArrayObject;
 use super::reader::{BatchReader, Selection, BATCH_BYTES};
 
@@ -51,9 +52,8 @@ fn string_column<'a>(array: &ArrayObject, wanted: &[&'a str]) -> Option<&'a str>
 }
 
 /// A column's values as text, per row (nulls empty).
-fn texts(column: &ArrayRef) -> tiledb::Result<Vec<String>> {
-    let strings = arrow_cast::cast(column, &DataType::LargeUtf8)
-        .map_err(|e| tiledb::Error::new(e.to_string()))?;
+fn texts(column: &ArrayRef) -> Result<Vec<String>> {
+    let strings = arrow_cast::cast(column, &DataType::LargeUtf8)?;
     let strings = strings.as_string::<i64>();
     Ok((0..strings.len())
         .map(|i| {
@@ -66,12 +66,12 @@ fn texts(column: &ArrayRef) -> tiledb::Result<Vec<String>> {
         .collect())
 }
 
-fn joinids(batch: &RecordBatch) -> tiledb::Result<&[i64]> {
+fn joinids(batch: &RecordBatch) -> Result<&[i64]> {
     batch
         .column_by_name("soma_joinid")
         .and_then(|c| c.as_primitive_opt::<Int64Type>())
         .map(|a| a.values().as_ref())
-        .ok_or_else(|| tiledb::Error::new("a data frame without an int64 soma_joinid"))
+        .ok_or_else(|| Error::invalid("a data frame without an int64 soma_joinid"))
 }
 
 /// Reads the join ids and the named columns of a data frame, in join id order.
@@ -79,7 +79,7 @@ fn read_names(
     frame: &ArrayObject,
     columns: &[&str],
     equals: Option<(String, Option<Value>)>,
-) -> tiledb::Result<Vec<(i64, Vec<String>)>> {
+) -> Result<Vec<(i64, Vec<String>)>> {
     let selection = Selection {
         equals,
         columns: Some(columns.iter().map(|c| c.to_string()).collect()),
@@ -95,7 +95,7 @@ fn read_names(
                 Some(col) => texts(col),
                 None => Ok(ids.iter().map(i64::to_string).collect()),
             })
-            .collect::<tiledb::Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>()?;
         for (row, &id) in ids.iter().enumerate() {
             out.push((id, values.iter().map(|v| v[row].clone()).collect()));
         }
@@ -105,7 +105,7 @@ fn read_names(
 
 impl TenxLayer {
     /// `barcodes.tsv`: each selected cell's barcode, in join id order.
-    pub fn barcodes(&self) -> tiledb::Result<Named> {
+    pub fn barcodes(&self) -> Result<Named> {
         let column = string_column(&self.obs, BARCODE_COLUMNS).unwrap_or("soma_joinid");
         Ok(read_names(&self.obs, &[column], self.cells.clone())?
             .into_iter()
@@ -114,7 +114,7 @@ impl TenxLayer {
     }
 
     /// `features.tsv`: each feature's id and name, in join id order.
-    pub fn features(&self) -> tiledb::Result<Vec<(i64, String, String)>> {
+    pub fn features(&self) -> Result<Vec<(i64, String, String)>> {
         let id = string_column(&self.var, FEATURE_ID_COLUMNS).unwrap_or("soma_joinid");
         let name = string_column(&self.var, FEATURE_NAME_COLUMNS).unwrap_or(id);
         Ok(read_names(&self.var, &[id, name], None)?
@@ -143,7 +143,7 @@ impl TenxLayer {
         &self,
         barcodes: &[i64],
         mut visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
-    ) -> tiledb::Result<()> {
+    ) -> Result<()> {
         let mut selection = Selection::default();
         if self.cells.is_some() {
             // Only the category's cells: consecutive join ids as one range each.
@@ -169,11 +169,10 @@ impl TenxLayer {
                     .column(i)
                     .as_primitive_opt::<Int64Type>()
                     .map(|a| a.values().as_ref())
-                    .ok_or_else(|| tiledb::Error::new("a layer without int64 dimensions"))
+                    .ok_or_else(|| Error::invalid("a layer without int64 dimensions"))
             };
             let (cells, features) = (dim(0)?, dim(1)?);
-            visit(cells, features, batch.column(2))
-                .map_err(|e| tiledb::Error::new(e.to_string()))?;
+            visit(cells, features, batch.column(2))?;
         }
         Ok(())
     }

@@ -570,12 +570,14 @@ def test_streaming_read_fails_with_eio_and_mount_recovers(how, fault_server, fix
         root = Path(mp)
         data = root / "X" / "data.csv"
         schema = read_json_file(root / "X" / "schema.json")
-        f = open(data, "rb", buffering=0)
+        # os.open, not open(): Python's open() fstats the file, and an fstat waits for the
+        # whole generation (SEMANTICS, "A stat waits for a file under way").
+        fd = os.open(data, os.O_RDONLY)
         value = None
         try:
             head = b""
             while len(head) < (1 << 20):
-                chunk = f.read(1 << 16)
+                chunk = os.read(fd, 1 << 16)
                 assert chunk, "data.csv ended before 1 MB"
                 head += chunk
             stop_how(server, how)
@@ -583,7 +585,7 @@ def test_streaming_read_fails_with_eio_and_mount_recovers(how, fault_server, fix
             def rest():
                 n = len(head)
                 while True:
-                    c = f.read(1 << 20)
+                    c = os.read(fd, 1 << 20)
                     if not c:
                         return n
                     n += len(c)
@@ -591,7 +593,7 @@ def test_streaming_read_fails_with_eio_and_mount_recovers(how, fault_server, fix
             value, error, secs = run_bounded(rest, FAIL_WITHIN + 15)
         finally:
             if value != "HUNG":
-                f.close()
+                os.close(fd)
         assert value != "HUNG", f"the read of data.csv hung for {FAIL_WITHIN + 15} s with the server {how}"
         assert error is not None, (
             f"the read of data.csv succeeded ({value} bytes) with the server {how} after the first MB: "

@@ -1,0 +1,53 @@
+//! The kinds of file soma-mount shows, each in a module of its own that answers everything
+//! about it: its size, how it opens, whether a `stat` generates it, and (for generated
+//! files) its cache key. The tree asks these questions through [`FileKind`] and decides
+//! nothing about any kind; a new kind of file is a new module here and a line in the
+//! listing that shows it ([`super::node`]).
+
+mod document;
+mod npy;
+mod png;
+mod table;
+mod tenx;
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::sync::Background;
+
+use super::data::DataOptions;
+use super::error::FsResult;
+use super::open_file::OpenFile;
+
+pub use document::{Document, SpatialDoc};
+pub use npy::NpyFile;
+pub use png::PngFile;
+pub use table::{Table, TableFile};
+pub use tenx::{TenxFile, TenxPart};
+
+/// What files are generated with: the options and the cache, and the background work that
+/// streams files while they are read.
+pub struct FileContext {
+    pub options: DataOptions,
+    pub background: Arc<Background>,
+}
+
+/// One kind of file.
+pub trait FileKind: fmt::Debug + Send + Sync {
+    /// Its exact size, when known without generating anything; `None` for a file not
+    /// generated yet (shown with size 0, read with direct I/O).
+    fn size(&self, cx: &FileContext) -> FsResult<Option<u64>>;
+
+    /// Opens it for reading.
+    fn open(&self, cx: &FileContext) -> FsResult<OpenFile>;
+
+    /// Whether a `stat` generates it to answer its exact size ([`FileKind::generate`]).
+    fn generated_on_stat(&self, _cx: &FileContext) -> bool {
+        false
+    }
+
+    /// Generates it whole into the cache (for a `stat` that waits for its size).
+    fn generate(&self, _cx: &FileContext) -> FsResult<()> {
+        Ok(())
+    }
+}

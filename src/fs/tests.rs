@@ -1,0 +1,397 @@
+//! The tree's decisions, tested over a store made up in memory (no libtiledb): what
+//! directories list, what names find, what sizes `stat` shows, how snapshots are kept and
+//! renewed, and how failures show. Reading data needs libtiledb; the integration tests in
+//! `tests/python/` compare that with tiledbsoma.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use arrow_schema::DataType;
+
+use crate::soma::{ArrayObject, Column, GroupObject, Objects, SomaObject, SomaSchema, SomaType};
+use crate::tiledb::{
+    self, Datatype, EnumerationInfo, Fragment, Member, Metadata, MetadataValue, ObjectType, Order,
+    Value,
+};
+
+use super::cache::ContentCache;
+use super::data::DataOptions;
+use super::error::FsError;
+use super::tree::{Attr, Ino, Tree, ROOT};
+
+/// A store in memory: objects by URI (or why each cannot be opened), and how many opens
+/// were asked of it.
+#[derive(Default)]
+struct FakeStore {
+    objects: Mutex<HashMap<String, Result<Arc<SomaObject>, String>>>,
+    opens: Mutex<HashMap<String, usize>>,
+}
+
+impl Objects for Arc<FakeStore> {
+    fn open(&self, uri: &str, _: Option<ObjectType>) -> tiledb::Result<Arc<SomaObject>> {
+        *self
+            .opens
+            .lock()
+            .unwrap()
+            .entry(uri.to_owned())
+            .or_default() += 1;
+        match self.objects.lock().unwrap().get(uri) {
+            Some(Ok(object)) => Ok(object.clone()),
+            Some(Err(message)) => Err(tiledb::Error::new(message.clone())),
+            None => Err(tiledb::Error::new(format!(
+                "no TileDB group or array at {uri}"
+            ))),
+        }
+    }
+}
+
+impl FakeStore {
+    fn put(&self, object: SomaObject) {
+        let uri = object.uri().to_owned();
+        self.objects
+            .lock()
+            .unwrap()
+            .insert(uri, Ok(Arc::new(object)));
+    }
+
+    fn fail(&self, uri: &str, message: &str) {
+        self.objects
+            .lock()
+            .unwrap()
+            .insert(uri.to_owned(), Err(message.to_owned()));
+    }
+
+    /// How many times `uri` was opened.
+    fn opens(&self, uri: &str) -> usize {
+        self.opens.lock().unwrap().get(uri).copied().unwrap_or(0)
+    }
+}
+
+fn text_metadata(pairs: &[(&str, &str)]) -> Metadata {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            let value = MetadataValue {
+                datatype: Datatype::StringUtf8,
+                values: vec![Value::Text((*v).to_owned())],
+            };
+            ((*k).to_owned(), value)
+        })
+        .collect()
+}
+
+fn group(uri: &str, soma_type: &str, members: &[(&str, &str, ObjectType)]) -> SomaObject {
+    let metadata = text_metadata(&[("soma_object_type", soma_type)]);
+    SomaObject::Group(GroupObject {
+        uri: uri.to_owned(),
+        soma_type: SomaType::recognise(ObjectType::Group, &metadata),
+        metadata,
+        members: members
+            .iter()
+            .map(|(name, uri, object_type)| Member {
+                name: (*name).to_owned(),
+                uri: (*uri).to_owned(),
+                object_type: *object_type,
+            })
+            .collect(),
+    })
+}
+
+fn column(name: &str, datatype: Datatype, arrow_type: DataType, index: bool) -> Column {
+    Column {
+        name: name.to_owned(),
+        datatype,
+        cell_val_num: 1,
+        arrow_type,
+        nullable: !index,
+        is_index: index,
+        domain: index.then_some((Value::Int(0), Value::Int(99))),
+        schema_domain: index.then_some((Value::Int(0), Value::Int(i64::MAX - 100))),
+        tile_extent: index.then_some(Value::Int(10)),
+        enumeration: None,
+    }
+}
+
+/// A data frame of 100 rows: soma_joinid, a float, and a categorical with labels a, b/c.
+fn dataframe(uri: &str, fragment: &str) -> SomaObject {
+    let mut category = column(
+        "cell_type",
+        Datatype::Int8,
+        DataType::Dictionary(Box::new(DataType::Int8), Box::new(DataType::LargeUtf8)),
+        false,
+    );
+    category.enumeration = Some(EnumerationInfo {
+        datatype: Datatype::StringUtf8,
+        ordered: false,
+        values: vec![Value::Text("a".into()), Value::Text("b/c".into())],
+    });
+    let schema = SomaSchema {
+        columns: vec![
+            column("soma_joinid", Datatype::Int64, DataType::Int64, true),
+            column("x", Datatype::Float64, DataType::Float64, false),
+            category,
+        ],
+        shape: None,
+        dense: false,
+        tile_order: Order::RowMajor,
+        cell_order: Order::RowMajor,
+        tile_cells: Some(100),
+    };
+    let fragments = vec![Fragment {
+        uri: fragment.to_owned(),
+        cell_num: 100,
+        timestamp_range: (1, 1),
+        first_dimension: Some((Value::Int(0), Value::Int(99))),
+    }];
+    SomaObject::Array(Arc::new(ArrayObject::described(
+        uri,
+        SomaType::DataFrame,
+        text_metadata(&[("soma_object_type", "SOMADataFrame")]),
+        schema,
+        vec![Some((Value::Int(0), Value::Int(99)))],
+        fragments,
+    )))
+}
+
+/// An experiment: obs, ms/ (empty), members named a/b and a%2Fb, a member named like a
+/// generated file, and a member that cannot be opened.
+fn store() -> Arc<FakeStore> {
+    let store = Arc::new(FakeStore::default());
+    store.put(group(
+        "mem://exp",
+        "SOMAExperiment",
+        &[
+            ("obs", "mem://exp/obs", ObjectType::Array),
+            ("ms", "mem://exp/ms", ObjectType::Group),
+            ("a/b", "mem://exp/slash", ObjectType::Group),
+            ("a%2Fb", "mem://exp/looks_encoded", ObjectType::Group),
+            ("metadata.json", "mem://exp/clash", ObjectType::Group),
+            ("gone", "mem://exp/gone", ObjectType::Group),
+        ],
+    ));
+    store.put(dataframe("mem://exp/obs", "frag-1"));
+    for uri in ["ms", "slash", "looks_encoded", "clash"] {
+        store.put(group(&format!("mem://exp/{uri}"), "SOMACollection", &[]));
+    }
+    store.fail("mem://exp/gone", "Group does not exist");
+    store
+}
+
+struct Mounted {
+    tree: Arc<Tree>,
+    store: Arc<FakeStore>,
+    cache_dir: std::path::PathBuf,
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.cache_dir);
+    }
+}
+
+fn mount_with(store: Arc<FakeStore>, ttl: Duration) -> Mounted {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let cache_dir =
+        std::env::temp_dir().join(format!("soma-mount-tree-{}-{n}", std::process::id()));
+    let options = DataOptions {
+        cache: Arc::new(ContentCache::open(&cache_dir, 1 << 30).unwrap()),
+        materialize_limit: 64 << 20,
+        exact_sizes: false,
+        chunk_cells: 1_000_000,
+        metadata_ttl: ttl,
+    };
+    let tree = Tree::new(store.clone(), "mem://exp", options);
+    Mounted {
+        tree,
+        store,
+        cache_dir,
+    }
+}
+
+fn mount() -> Mounted {
+    mount_with(store(), Duration::from_secs(60))
+}
+
+impl Mounted {
+    fn names(&self, ino: Ino) -> Vec<String> {
+        let entries = self.tree.readdir(ino).unwrap();
+        entries.into_iter().map(|(_, _, name)| name).collect()
+    }
+
+    /// `stat` of a path from the root, as the kernel asks: a lookup per name.
+    fn stat(&self, path: &str) -> Result<Attr, FsError> {
+        let mut attr = self.tree.attr(ROOT)?;
+        for name in path.split('/').filter(|n| !n.is_empty()) {
+            let (tx, rx) = mpsc::channel();
+            self.tree
+                .lookup(attr.ino, name, Box::new(move |a| tx.send(a).unwrap()));
+            attr = rx.recv_timeout(Duration::from_secs(10)).unwrap()?;
+        }
+        Ok(attr)
+    }
+
+    fn read(&self, path: &str) -> Result<Vec<u8>, FsError> {
+        let attr = self.stat(path)?;
+        let opened = self.tree.open(attr.ino)?;
+        let bytes = self.tree.read(opened.fh, 0, 1 << 20);
+        self.tree.release(opened.fh);
+        bytes
+    }
+}
+
+#[test]
+fn a_group_lists_its_members_under_one_to_one_names_and_its_metadata() {
+    let m = mount();
+    assert_eq!(
+        m.names(ROOT),
+        ["obs", "ms", "a%2Fb", "a%252Fb", "metadata.json", "gone"],
+        "members in order; the member named metadata.json wins over the generated file"
+    );
+    assert!(m.stat("metadata.json").unwrap().is_dir);
+    assert!(m.stat("a%2Fb").unwrap().is_dir);
+    assert!(m.stat("a%252Fb").unwrap().is_dir);
+    assert_ne!(m.stat("a%2Fb").unwrap().ino, m.stat("a%252Fb").unwrap().ino);
+}
+
+#[test]
+fn an_array_lists_its_files() {
+    let m = mount();
+    let obs = m.stat("obs").unwrap();
+    assert_eq!(
+        m.names(obs.ino),
+        [
+            "metadata.json",
+            "schema.json",
+            "data.csv",
+            "data.tsv",
+            "data.parquet",
+            "data.jsonl",
+            "slices",
+            "by"
+        ]
+    );
+    assert_eq!(m.names(m.stat("obs/by").unwrap().ino), ["cell_type"]);
+    assert_eq!(
+        m.names(m.stat("obs/by/cell_type").unwrap().ino),
+        ["a", "b%2Fc", "__null__"]
+    );
+    assert_eq!(
+        m.names(m.stat("obs/by/cell_type/b%2Fc").unwrap().ino),
+        [
+            "data.csv",
+            "data.tsv",
+            "data.parquet",
+            "data.jsonl",
+            "slices"
+        ]
+    );
+}
+
+#[test]
+fn documents_have_exact_sizes_and_data_files_size_zero_until_generated() {
+    let m = mount();
+    let metadata = m.read("metadata.json/metadata.json").unwrap();
+    let text = String::from_utf8(metadata.clone()).unwrap();
+    assert!(text.contains("\"SOMACollection\""), "{text}");
+    let attr = m.stat("metadata.json/metadata.json").unwrap();
+    assert_eq!((attr.size, attr.size_known), (metadata.len() as u64, true));
+    let schema = m.stat("obs/schema.json").unwrap();
+    assert!(schema.size_known && schema.size > 0);
+    // Above the limit nothing is generated by a stat: size 0, not known.
+    let slice = m.stat("obs/slices/0-9.csv").unwrap();
+    assert_eq!((slice.size, slice.size_known), (0, false));
+}
+
+#[test]
+fn a_stat_of_a_small_whole_array_file_generates_it_and_a_failure_is_eio() {
+    let m = mount();
+    // The described array has no data behind it: the generation a stat starts fails, and
+    // the stat says so rather than show an empty file.
+    match m.stat("obs/data.csv") {
+        Err(FsError::Io(message)) => assert!(message.contains("no data"), "{message}"),
+        other => panic!("expected EIO, got {other:?}"),
+    }
+    assert!(matches!(m.read("obs/data.tsv"), Err(FsError::Io(_))));
+}
+
+#[test]
+fn unknown_and_malformed_names_are_not_found() {
+    let m = mount();
+    for path in [
+        "nope",
+        "obs/nope.csv",
+        "obs/slices/9-3.csv",
+        "obs/slices/x.csv",
+        "obs/slices/1,2.csv",
+        "obs/by/x",
+        "obs/by/cell_type/z",
+    ] {
+        assert_eq!(m.stat(path), Err(FsError::NotFound), "{path}");
+    }
+    // A valid slice opens by name without being listed, and names one inode.
+    let slice = m.stat("obs/slices/0-9.jsonl").unwrap();
+    assert_eq!(m.stat("obs/slices/0-9.jsonl").unwrap().ino, slice.ino);
+    assert!(!slice.is_dir);
+}
+
+#[test]
+fn files_and_directories_are_not_confused() {
+    let m = mount();
+    let obs = m.stat("obs").unwrap();
+    let schema = m.stat("obs/schema.json").unwrap();
+    assert_eq!(m.tree.readdir(schema.ino), Err(FsError::NotADirectory));
+    assert!(matches!(m.tree.open(obs.ino), Err(FsError::IsADirectory)));
+}
+
+#[test]
+fn a_member_that_cannot_be_opened_holds_error_txt() {
+    let m = mount();
+    assert_eq!(m.names(m.stat("gone").unwrap().ino), ["error.txt"]);
+    let text = String::from_utf8(m.read("gone/error.txt").unwrap()).unwrap();
+    assert!(text.contains("mem://exp/gone") && text.contains("Group does not exist"));
+}
+
+#[test]
+fn a_listing_is_kept_for_the_ttl_then_renewed_keeping_inodes_of_what_did_not_change() {
+    let store = store();
+    let m = mount_with(store.clone(), Duration::from_millis(200));
+    let obs = m.stat("obs").unwrap().ino;
+    m.stat("obs/schema.json").unwrap();
+    m.names(obs);
+    assert_eq!(
+        store.opens("mem://exp/obs"),
+        1,
+        "within the TTL obs is opened once"
+    );
+    std::thread::sleep(Duration::from_millis(250));
+    let schema = m.stat("obs/schema.json").unwrap().ino;
+    assert_eq!(
+        store.opens("mem://exp/obs"),
+        2,
+        "after the TTL it is looked at again"
+    );
+    assert_eq!(m.stat("obs").unwrap().ino, obs);
+    assert_eq!(
+        m.stat("obs/schema.json").unwrap().ino,
+        schema,
+        "unchanged: same inodes"
+    );
+    // A new fragment is a new snapshot: new entries.
+    m.store.put(dataframe("mem://exp/obs", "frag-2"));
+    std::thread::sleep(Duration::from_millis(250));
+    let after = m.stat("obs/schema.json").unwrap().ino;
+    assert_ne!(after, schema, "changed: new inodes");
+}
+
+#[test]
+fn a_refresh_that_fails_keeps_the_last_listing() {
+    let store = store();
+    let m = mount_with(store.clone(), Duration::from_millis(100));
+    let before = m.names(m.stat("obs").unwrap().ino);
+    store.fail("mem://exp/obs", "the store does not answer");
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(m.names(m.stat("obs").unwrap().ino), before);
+}
