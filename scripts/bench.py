@@ -42,7 +42,8 @@ import pyarrow.parquet as pq
 import tiledbsoma
 
 REPO = Path(__file__).resolve().parents[1]
-BIN = REPO / "target" / "release" / "soma-mount"
+# The daemon measured: SOMA_MOUNT_BIN, as for the tests, else the release build.
+BIN = Path(os.environ.get("SOMA_MOUNT_BIN") or REPO / "target" / "release" / "soma-mount")
 N_OBS, N_VAR, NNZ = 100_000, 20_000, 20_000_000
 VERSION = "4"  # bump to rebuild the data set
 DENSE_SHAPE = (50_000, 1_000)  # obsm/dense: 200 MB of float32 for the .npy window read

@@ -36,7 +36,7 @@ import dataref
 import somaref
 import tiledb
 import tiledbsoma
-from conftest import mount_guard
+from conftest import mount_guard, within
 from dataref import Ref, RefCol
 from somaref import encode_name
 from test_data import (
@@ -1121,13 +1121,13 @@ def test_big_slices_list_stat_and_head_fast(fixtures_dir, mount):
         d = Path(mp) / "X" / "slices"
         t0 = time.monotonic()
         names = os.listdir(d)
-        assert time.monotonic() - t0 < 1.0, f"ls slices/ took {time.monotonic() - t0:.2f}s"
+        assert time.monotonic() - t0 < within(1.0), f"ls slices/ took {time.monotonic() - t0:.2f}s"
         assert names
         for ext in ("csv", "tsv", "jsonl"):
             path = d / f"150000-250000,*.{ext}"
             t0 = time.monotonic()
             st = os.stat(path).st_size
-            assert time.monotonic() - t0 < 1.0, f"stat {path.name} took {time.monotonic() - t0:.2f}s"
+            assert time.monotonic() - t0 < within(1.0), f"stat {path.name} took {time.monotonic() - t0:.2f}s"
             assert st == 0, f"{path.name}: {st} bytes before it was ever read (must be 0: not generated)"
             t0 = time.monotonic()
             with open(path, "rb") as f:
@@ -1138,7 +1138,7 @@ def test_big_slices_list_stat_and_head_fast(fixtures_dir, mount):
                         break
                     head += chunk
             elapsed = time.monotonic() - t0
-            assert elapsed < 1.0, f"the first 11 lines of {path.name} took {elapsed:.2f}s on a fresh mount"
+            assert elapsed < within(1.0), f"the first 11 lines of {path.name} took {elapsed:.2f}s on a fresh mount"
             lines = head.split(b"\n")
             body = lines[1:11] if ext != "jsonl" else lines[:10]
             for i, line in enumerate(body):

@@ -29,7 +29,7 @@ import pytest
 import dataref
 import somaref  # noqa: F401  (quiet tiledbsoma warnings)
 import tiledbsoma
-from conftest import wait_until
+from conftest import wait_until, within
 
 STORE = "big"
 REL = Path("X") / "data.csv"
@@ -368,11 +368,11 @@ def test_head_n_is_fast_and_daemon_keeps_serving(fresh, golden_ok):
         out = run(["head", "-n", "10", str(path)]).stdout
         elapsed = time.monotonic() - t0
         same(out, want, "head -n 10")
-        assert elapsed < 1.0, f"head -n 10 took {elapsed:.2f}s on a fresh mount (contract: within a second)"
+        assert elapsed < within(1.0), f"head -n 10 took {elapsed:.2f}s on a fresh mount (contract: within a second)"
         # Again while whatever the first head started may still be running.
         t0 = time.monotonic()
         same(run(["head", "-n", "10", str(path)]).stdout, want, "second head -n 10")
-        assert time.monotonic() - t0 < 1.0, "second head -n 10 took more than a second"
+        assert time.monotonic() - t0 < within(1.0), "second head -n 10 took more than a second"
         assert mp.proc.poll() is None, "the daemon exited after head"
         # The daemon keeps serving: metadata, a listing, and the whole file.
         assert "data.csv" in os.listdir(Path(mp) / "X")
@@ -391,7 +391,7 @@ def test_head_n_is_fast_on_tsv_and_jsonl(ext, fresh, golden_ok, big_ref):
         t0 = time.monotonic()
         out = run(["head", "-n", "10", str(path)]).stdout
         elapsed = time.monotonic() - t0
-        assert elapsed < 1.0, f"head -n 10 data.{ext} took {elapsed:.2f}s on a fresh mount"
+        assert elapsed < within(1.0), f"head -n 10 data.{ext} took {elapsed:.2f}s on a fresh mount"
         lines = out.decode().split("\n")
         assert lines[-1] == "" and len(lines) == 11, out[:2000]
         if ext == "tsv":
