@@ -9,12 +9,14 @@ use crate::format::png::ImageAxis;
 use crate::format::text::float_text;
 use crate::format::TableFormat;
 
+use crate::soma::anndata::{self, AnnDataExperiment, Category};
 use crate::soma::tenx::TenxLayer;
 use crate::soma::{self, spatial, ArrayObject, Objects, Selection, SomaObject, SomaType};
 use crate::tiledb::{Datatype, ObjectType, Value};
 
 use super::files::{
-    Document, FileKind, NpyFile, PngFile, SpatialDoc, Table, TableFile, TenxFile, TenxPart,
+    Document, FileKind, H5adFile, NpyFile, PngFile, SpatialDoc, Table, TableFile, TenxFile,
+    TenxPart,
 };
 use super::names::file_name;
 use super::slice_name::{self, ColumnKind, SliceName, SliceRange};
@@ -53,7 +55,23 @@ pub enum NodeKind {
     ByColumn(Arc<ArrayObject>, String),
     /// `by/<column>/<label>/`: the rows holding the label.
     ByValue(Table),
+    /// `anndata/` of an experiment, or a directory under its `by/`.
+    AnnData(AnnDataDir),
     File(Arc<dyn FileKind>),
+}
+
+/// The directories of AnnData views.
+#[derive(Debug, Clone)]
+pub enum AnnDataDir {
+    /// `anndata/`: `<measurement>.h5ad` for each measurement, and `by/` (opening obs and
+    /// every part of each measurement).
+    Experiment(Arc<SomaObject>),
+    /// `anndata/by/`: obs's enumerated columns.
+    By(Arc<AnnDataExperiment>),
+    /// `anndata/by/<column>/`: the column's labels.
+    ByColumn(Arc<AnnDataExperiment>, String),
+    /// `anndata/by/<column>/<label>/`: `<measurement>.h5ad` of the label's cells.
+    Category(Arc<AnnDataExperiment>, Category),
 }
 
 impl NodeKind {
@@ -159,6 +177,12 @@ fn object_files(
             let measurement = object.clone();
             let obs = obs.clone();
             named.push(("10x".into(), NodeKind::Tenx { measurement, obs }));
+        }
+        if group.soma_type == SomaType::Experiment
+            && !anndata::measurements(store, group).is_empty()
+        {
+            let experiment = AnnDataDir::Experiment(object.clone());
+            named.push(("anndata".into(), NodeKind::AnnData(experiment)));
         }
     }
     named.push((
@@ -293,7 +317,8 @@ pub fn slices_entries(table: &Table, chunk_cells: u64) -> Entries {
                 _ => SliceRange::Int(lo as i64, hi as i64),
             })
             .collect(),
-        // Not an integer column: the whole table is one chunk.
+        // Not an integer column: the whole table is one chunk, unless it has no cells.
+        None if array.stored_cells() == 0 => Vec::new(),
         None => vec![SliceRange::All],
     };
     let mut named = Vec::new();
@@ -460,6 +485,46 @@ pub fn tenx_by_column_entries(layer: &Arc<TenxLayer>, column: &str) -> Entries {
             (name, NodeKind::TenxLayer(Arc::new(category)))
         })
         .collect()
+}
+
+/// The listing of an `anndata/` directory (see [`AnnDataDir`]).
+pub fn anndata_entries(store: &dyn Objects, dir: &AnnDataDir) -> Entries {
+    let h5ad_files = |experiment: &Arc<AnnDataExperiment>, category: &Category| -> Entries {
+        let h5ad = |m| H5adFile::new(experiment.clone(), Arc::clone(m), category.clone());
+        (experiment.measurements.iter())
+            .map(|m| (format!("{}.h5ad", file_name(&m.name)), file(h5ad(m))))
+            .collect()
+    };
+    match dir {
+        AnnDataDir::Experiment(object) => {
+            let SomaObject::Group(group) = object.as_ref() else {
+                return Vec::new();
+            };
+            let Some(experiment) = AnnDataExperiment::open(store, group).map(Arc::new) else {
+                return Vec::new();
+            };
+            let mut named = h5ad_files(&experiment, &None);
+            if enumerated_columns(&experiment.obs).next().is_some() {
+                named.push(("by".into(), NodeKind::AnnData(AnnDataDir::By(experiment))));
+            }
+            named
+        }
+        AnnDataDir::By(experiment) => enumerated_columns(&experiment.obs)
+            .map(|c| {
+                let column = AnnDataDir::ByColumn(experiment.clone(), c.name.clone());
+                (file_name(&c.name), NodeKind::AnnData(column))
+            })
+            .collect(),
+        AnnDataDir::ByColumn(experiment, column) => labels(&experiment.obs, column)
+            .into_iter()
+            .map(|(name, label)| {
+                let category = Some((column.clone(), label));
+                let dir = AnnDataDir::Category(experiment.clone(), category);
+                (name, NodeKind::AnnData(dir))
+            })
+            .collect(),
+        AnnDataDir::Category(experiment, category) => h5ad_files(experiment, category),
+    }
 }
 
 /// A column's labels, each with its file name; `__null__` for nulls when it is nullable.
