@@ -133,8 +133,8 @@ impl Order {
     fn from_raw(raw: ffi::tiledb_layout_t) -> Order {
         match raw {
             ffi::TILEDB_ROW_MAJOR => Order::RowMajor,
-            1 => Order::ColMajor,
-            4 => Order::Hilbert,
+            ffi::TILEDB_COL_MAJOR => Order::ColMajor,
+            ffi::TILEDB_HILBERT => Order::Hilbert,
             _ => Order::Other,
         }
     }
@@ -176,12 +176,19 @@ impl Array {
     pub fn open(ctx: &Context, uri: &str, timestamp_ms: Option<u64>) -> Result<Array> {
         let c_uri = c_string(uri)?;
         let mut raw = ptr::null_mut();
-        tiledb_call!(ctx, tiledb_array_alloc(c_uri.as_ptr(), &mut raw))?;
-        let array = Array::from_raw(ctx, raw)?;
-        if let Some(ts) = timestamp_ms {
-            tiledb_call!(ctx, tiledb_array_set_open_timestamp_end(array.raw, ts))?;
+        // SAFETY: `c_uri` outlives the call; on success libtiledb stores a new array handle in
+        // `raw`, which nothing else frees, and the wrapper takes it over.
+        let array = unsafe {
+            tiledb_call!(ctx, tiledb_array_alloc(c_uri.as_ptr(), &mut raw))?;
+            Array::from_raw(ctx, raw)?
+        };
+        // SAFETY: `array.raw` is the live, not yet opened array owned by `array`.
+        unsafe {
+            if let Some(ts) = timestamp_ms {
+                tiledb_call!(ctx, tiledb_array_set_open_timestamp_end(array.raw, ts))?;
+            }
+            tiledb_call!(ctx, tiledb_array_open(array.raw, ffi::TILEDB_READ))?;
         }
-        tiledb_call!(ctx, tiledb_array_open(array.raw, ffi::TILEDB_READ))?;
         Ok(array)
     }
 
@@ -189,26 +196,37 @@ impl Array {
     /// timestamp sees is exactly what this one sees, schema evolutions included.
     pub fn open_timestamp_end(&self) -> Result<u64> {
         let mut ts = 0u64;
-        tiledb_call!(
-            &self.ctx,
-            tiledb_array_get_open_timestamp_end(self.raw, &mut ts)
-        )?;
+        // SAFETY: `self.raw` is the open array `self` owns; `ts` is a local.
+        unsafe {
+            tiledb_call!(
+                &self.ctx,
+                tiledb_array_get_open_timestamp_end(self.raw, &mut ts)
+            )
+        }?;
         Ok(ts)
     }
 
     pub fn schema(&self) -> Result<ArraySchema> {
         let mut raw = ptr::null_mut();
-        tiledb_call!(&self.ctx, tiledb_array_get_schema(self.raw, &mut raw))?;
-        ArraySchema::from_raw(&self.ctx, raw)
+        // SAFETY: `self.raw` is the open array `self` owns; libtiledb stores a new schema handle
+        // in the local `raw`, which the wrapper takes over.
+        unsafe {
+            tiledb_call!(&self.ctx, tiledb_array_get_schema(self.raw, &mut raw))?;
+            ArraySchema::from_raw(&self.ctx, raw)
+        }
     }
 
     pub fn metadata(&self) -> Result<Metadata> {
-        metadata::read_all(
-            &self.ctx,
-            self.raw,
-            ffi::tiledb_array_get_metadata_num,
-            ffi::tiledb_array_get_metadata_from_index,
-        )
+        // SAFETY: `self.raw` is the array `self` opened for reading, and stays open while
+        // `self` is borrowed; the two functions are the array ones.
+        unsafe {
+            metadata::read_all(
+                &self.ctx,
+                self.raw,
+                ffi::tiledb_array_get_metadata_num,
+                ffi::tiledb_array_get_metadata_from_index,
+            )
+        }
     }
 
     /// The bounding box of the written cells along dimension `index`, `None` when empty.
@@ -216,58 +234,76 @@ impl Array {
         let mut is_empty = 0i32;
         if dim.cell_val_num == VAR_NUM {
             let (mut lo_size, mut hi_size) = (0u64, 0u64);
-            tiledb_call!(
-                &self.ctx,
-                tiledb_array_get_non_empty_domain_var_size_from_index(
-                    self.raw,
-                    index,
-                    &mut lo_size,
-                    &mut hi_size,
-                    &mut is_empty
+            // SAFETY: `self.raw` is the open array `self` owns; the out-pointers are locals.
+            unsafe {
+                tiledb_call!(
+                    &self.ctx,
+                    tiledb_array_get_non_empty_domain_var_size_from_index(
+                        self.raw,
+                        index,
+                        &mut lo_size,
+                        &mut hi_size,
+                        &mut is_empty
+                    )
                 )
-            )?;
+            }?;
             if is_empty != 0 {
                 return Ok(None);
             }
             let mut lo = vec![0u8; lo_size as usize];
             let mut hi = vec![0u8; hi_size as usize];
-            tiledb_call!(
-                &self.ctx,
-                tiledb_array_get_non_empty_domain_var_from_index(
-                    self.raw,
-                    index,
-                    lo.as_mut_ptr() as *mut c_void,
-                    hi.as_mut_ptr() as *mut c_void,
-                    &mut is_empty
+            // SAFETY: as above; libtiledb writes the `lo_size` and `hi_size` bytes it just
+            // reported into `lo` and `hi`, which are that long.
+            unsafe {
+                tiledb_call!(
+                    &self.ctx,
+                    tiledb_array_get_non_empty_domain_var_from_index(
+                        self.raw,
+                        index,
+                        lo.as_mut_ptr() as *mut c_void,
+                        hi.as_mut_ptr() as *mut c_void,
+                        &mut is_empty
+                    )
                 )
-            )?;
+            }?;
             return Ok(Some(text_bounds(&lo, &hi)));
         }
-        let mut buf = vec![0u8; 2 * dim.datatype.size() * dim.cell_val_num.max(1) as usize];
-        tiledb_call!(
-            &self.ctx,
-            tiledb_array_get_non_empty_domain_from_index(
-                self.raw,
-                index,
-                buf.as_mut_ptr() as *mut c_void,
-                &mut is_empty
+        let len = 2 * dim.datatype.size() * dim.cell_val_num.max(1) as usize;
+        let mut buf = vec![0u8; len.max(FIXED_BOUNDS_MAX)];
+        // SAFETY: `self.raw` is the open array `self` owns and `is_empty` a local. libtiledb
+        // writes dimension `index`'s `[lo, hi]` (it refuses a var-sized one): at most
+        // `FIXED_BOUNDS_MAX` bytes, or `len` when `dim` describes it, and `buf` holds both.
+        unsafe {
+            tiledb_call!(
+                &self.ctx,
+                tiledb_array_get_non_empty_domain_from_index(
+                    self.raw,
+                    index,
+                    buf.as_mut_ptr() as *mut c_void,
+                    &mut is_empty
+                )
             )
-        )?;
+        }?;
         if is_empty != 0 {
             return Ok(None);
         }
-        bounds_from_bytes(dim.datatype, &buf).map(Some)
+        bounds_from_bytes(dim.datatype, &buf[..len]).map(Some)
     }
 
     /// The enumeration named `name` (an attribute's `enumeration`), loaded from the array.
     pub fn enumeration(&self, name: &str) -> Result<EnumerationInfo> {
         let c_name = c_string(name)?;
         let mut raw = ptr::null_mut();
-        tiledb_call!(
-            &self.ctx,
-            tiledb_array_get_enumeration(self.raw, c_name.as_ptr(), &mut raw)
-        )?;
-        Enumeration::from_raw(&self.ctx, raw)?.info()
+        // SAFETY: `self.raw` is the open array `self` owns and `c_name` outlives the call;
+        // libtiledb stores a new enumeration handle in `raw`, which the wrapper takes over.
+        let enumeration = unsafe {
+            tiledb_call!(
+                &self.ctx,
+                tiledb_array_get_enumeration(self.raw, c_name.as_ptr(), &mut raw)
+            )?;
+            Enumeration::from_raw(&self.ctx, raw)?
+        };
+        enumeration.info()
     }
 }
 
@@ -275,47 +311,57 @@ impl ArraySchema {
     /// Reads the whole schema into plain values.
     pub fn info(&self) -> Result<SchemaInfo> {
         let ctx = &self.ctx;
-        let mut array_type = 0;
-        tiledb_call!(
-            ctx,
-            tiledb_array_schema_get_array_type(self.raw, &mut array_type)
-        )?;
-        let mut allows_dups = 0;
-        tiledb_call!(
-            ctx,
-            tiledb_array_schema_get_allows_dups(self.raw, &mut allows_dups)
-        )?;
-        let mut capacity = 0;
-        tiledb_call!(
-            ctx,
-            tiledb_array_schema_get_capacity(self.raw, &mut capacity)
-        )?;
-        let (mut tile_order, mut cell_order) = (0, 0);
-        tiledb_call!(
-            ctx,
-            tiledb_array_schema_get_tile_order(self.raw, &mut tile_order)
-        )?;
-        tiledb_call!(
-            ctx,
-            tiledb_array_schema_get_cell_order(self.raw, &mut cell_order)
-        )?;
+        let (mut array_type, mut allows_dups, mut capacity) = (0, 0, 0);
+        let (mut tile_order, mut cell_order, mut nattr) = (0, 0, 0u32);
         let mut domain = ptr::null_mut();
-        tiledb_call!(ctx, tiledb_array_schema_get_domain(self.raw, &mut domain))?;
-        let domain = Domain::from_raw(ctx, domain)?;
+        // SAFETY: `self.raw` is the live schema `self` owns; each call writes one value of its
+        // out-parameter's type to a local, and the domain handle it hands over in `domain` is
+        // taken over by the wrapper.
+        let domain = unsafe {
+            tiledb_call!(
+                ctx,
+                tiledb_array_schema_get_array_type(self.raw, &mut array_type)
+            )?;
+            tiledb_call!(
+                ctx,
+                tiledb_array_schema_get_allows_dups(self.raw, &mut allows_dups)
+            )?;
+            tiledb_call!(
+                ctx,
+                tiledb_array_schema_get_capacity(self.raw, &mut capacity)
+            )?;
+            tiledb_call!(
+                ctx,
+                tiledb_array_schema_get_tile_order(self.raw, &mut tile_order)
+            )?;
+            tiledb_call!(
+                ctx,
+                tiledb_array_schema_get_cell_order(self.raw, &mut cell_order)
+            )?;
+            tiledb_call!(ctx, tiledb_array_schema_get_domain(self.raw, &mut domain))?;
+            Domain::from_raw(ctx, domain)?
+        };
         let dimensions = domain.dimensions()?;
-        let mut nattr = 0u32;
-        tiledb_call!(
-            ctx,
-            tiledb_array_schema_get_attribute_num(self.raw, &mut nattr)
-        )?;
+        // SAFETY: as above.
+        unsafe {
+            tiledb_call!(
+                ctx,
+                tiledb_array_schema_get_attribute_num(self.raw, &mut nattr)
+            )
+        }?;
         let attributes = (0..nattr)
             .map(|i| {
                 let mut raw = ptr::null_mut();
-                tiledb_call!(
-                    ctx,
-                    tiledb_array_schema_get_attribute_from_index(self.raw, i, &mut raw)
-                )?;
-                Attribute::from_raw(ctx, raw)?.info()
+                // SAFETY: `self.raw` is live and `i` below its attribute count; the new
+                // attribute handle stored in `raw` is taken over by the wrapper.
+                let attribute = unsafe {
+                    tiledb_call!(
+                        ctx,
+                        tiledb_array_schema_get_attribute_from_index(self.raw, i, &mut raw)
+                    )?;
+                    Attribute::from_raw(ctx, raw)?
+                };
+                attribute.info()
             })
             .collect::<Result<Vec<_>>>()?;
         let current_domain = self.current_domain(&dimensions)?;
@@ -338,33 +384,43 @@ impl ArraySchema {
     fn current_domain(&self, dims: &[DimensionInfo]) -> Result<Option<Vec<Bounds>>> {
         let ctx = &self.ctx;
         let mut raw = ptr::null_mut();
-        tiledb_call!(
-            ctx,
-            tiledb_array_schema_get_current_domain(self.raw, &mut raw)
-        )?;
-        let current = CurrentDomain::from_raw(ctx, raw)?;
-        let mut is_empty = 0u32;
-        tiledb_call!(
-            ctx,
-            tiledb_current_domain_get_is_empty(current.raw, &mut is_empty)
-        )?;
-        if is_empty != 0 {
-            return Ok(None);
+        // SAFETY: `self.raw` is the live schema `self` owns; the new current-domain handle
+        // stored in `raw` is taken over by the wrapper.
+        let current = unsafe {
+            tiledb_call!(
+                ctx,
+                tiledb_array_schema_get_current_domain(self.raw, &mut raw)
+            )?;
+            CurrentDomain::from_raw(ctx, raw)?
+        };
+        let (mut is_empty, mut cd_type) = (0u32, 0);
+        // SAFETY: `current.raw` is live (owned by `current`); the out-pointers are locals.
+        unsafe {
+            tiledb_call!(
+                ctx,
+                tiledb_current_domain_get_is_empty(current.raw, &mut is_empty)
+            )?;
+            if is_empty != 0 {
+                return Ok(None);
+            }
+            tiledb_call!(
+                ctx,
+                tiledb_current_domain_get_type(current.raw, &mut cd_type)
+            )?;
         }
-        let mut cd_type = 0;
-        tiledb_call!(
-            ctx,
-            tiledb_current_domain_get_type(current.raw, &mut cd_type)
-        )?;
         if cd_type != ffi::TILEDB_NDRECTANGLE {
             return Ok(None);
         }
         let mut ndr = ptr::null_mut();
-        tiledb_call!(
-            ctx,
-            tiledb_current_domain_get_ndrectangle(current.raw, &mut ndr)
-        )?;
-        let ndr = NdRectangle::from_raw(ctx, ndr)?;
+        // SAFETY: `current.raw` is a live current domain of the ND-rectangle type; the new
+        // rectangle handle stored in `ndr` is taken over by the wrapper.
+        let ndr = unsafe {
+            tiledb_call!(
+                ctx,
+                tiledb_current_domain_get_ndrectangle(current.raw, &mut ndr)
+            )?;
+            NdRectangle::from_raw(ctx, ndr)?
+        };
         dims.iter()
             .enumerate()
             .map(|(i, dim)| {
@@ -374,13 +430,14 @@ impl ArraySchema {
                     max: ptr::null(),
                     max_size: 0,
                 };
-                tiledb_call!(
-                    ctx,
-                    tiledb_ndrectangle_get_range(ndr.raw, i as u32, &mut range)
-                )?;
-                // SAFETY: libtiledb points `min`/`max` at `min_size`/`max_size` bytes owned by
-                // the rectangle, which lives until the end of this function; they are copied.
+                // SAFETY: `ndr.raw` is live (owned by `ndr`) and `range` a local; libtiledb
+                // points `min`/`max` at `min_size`/`max_size` bytes owned by the rectangle,
+                // which lives until the end of this function; they are copied below.
                 let (lo, hi) = unsafe {
+                    tiledb_call!(
+                        ctx,
+                        tiledb_ndrectangle_get_range(ndr.raw, i as u32, &mut range)
+                    )?;
                     (
                         byte_slice(range.min, range.min_size),
                         byte_slice(range.max, range.max_size),
@@ -407,22 +464,34 @@ unsafe fn byte_slice<'a>(p: *const c_void, len: u64) -> &'a [u8] {
     if p.is_null() || len == 0 {
         &[]
     } else {
-        std::slice::from_raw_parts(p as *const u8, len as usize)
+        // SAFETY: `p` is non-null here, so valid for `len` bytes (the caller's contract).
+        unsafe { std::slice::from_raw_parts(p as *const u8, len as usize) }
     }
 }
+
+/// Room for a fixed-size dimension's `[lo, hi]` however it is described: libtiledb only makes
+/// fixed-size dimensions of one value of at most 8 bytes. Buffers that libtiledb fills with
+/// such a range are never smaller, so a wrong `DimensionInfo` cannot make it write past them.
+const FIXED_BOUNDS_MAX: usize = 2 * 8;
 
 impl Domain {
     fn dimensions(&self) -> Result<Vec<DimensionInfo>> {
         let mut ndim = 0u32;
-        tiledb_call!(&self.ctx, tiledb_domain_get_ndim(self.raw, &mut ndim))?;
+        // SAFETY: `self.raw` is the live domain `self` owns; `ndim` is a local.
+        unsafe { tiledb_call!(&self.ctx, tiledb_domain_get_ndim(self.raw, &mut ndim)) }?;
         (0..ndim)
             .map(|i| {
                 let mut raw = ptr::null_mut();
-                tiledb_call!(
-                    &self.ctx,
-                    tiledb_domain_get_dimension_from_index(self.raw, i, &mut raw)
-                )?;
-                Dimension::from_raw(&self.ctx, raw)?.info()
+                // SAFETY: `self.raw` is live and `i` below its dimension count; the new
+                // dimension handle stored in `raw` is taken over by the wrapper.
+                let dimension = unsafe {
+                    tiledb_call!(
+                        &self.ctx,
+                        tiledb_domain_get_dimension_from_index(self.raw, i, &mut raw)
+                    )?;
+                    Dimension::from_raw(&self.ctx, raw)?
+                };
+                dimension.info()
             })
             .collect()
     }
@@ -431,18 +500,21 @@ impl Domain {
 impl Dimension {
     fn info(&self) -> Result<DimensionInfo> {
         let ctx = &self.ctx;
-        let mut name = ptr::null();
-        tiledb_call!(ctx, tiledb_dimension_get_name(self.raw, &mut name))?;
-        let mut datatype = 0;
-        tiledb_call!(ctx, tiledb_dimension_get_type(self.raw, &mut datatype))?;
+        let (mut name, mut datatype, mut cell_val_num) = (ptr::null(), 0, 0u32);
+        let (mut domain, mut extent) = (ptr::null(), ptr::null());
+        // SAFETY: `self.raw` is the live dimension `self` owns; each call writes one value to a
+        // local. The name, domain and extent pointers it returns are owned by the dimension.
+        unsafe {
+            tiledb_call!(ctx, tiledb_dimension_get_name(self.raw, &mut name))?;
+            tiledb_call!(ctx, tiledb_dimension_get_type(self.raw, &mut datatype))?;
+            tiledb_call!(
+                ctx,
+                tiledb_dimension_get_cell_val_num(self.raw, &mut cell_val_num)
+            )?;
+            tiledb_call!(ctx, tiledb_dimension_get_domain(self.raw, &mut domain))?;
+            tiledb_call!(ctx, tiledb_dimension_get_tile_extent(self.raw, &mut extent))?;
+        }
         let datatype = Datatype::from_raw(datatype)?;
-        let mut cell_val_num = 0u32;
-        tiledb_call!(
-            ctx,
-            tiledb_dimension_get_cell_val_num(self.raw, &mut cell_val_num)
-        )?;
-        let mut domain = ptr::null();
-        tiledb_call!(ctx, tiledb_dimension_get_domain(self.raw, &mut domain))?;
         let domain = if domain.is_null() || cell_val_num == VAR_NUM {
             None
         } else {
@@ -451,8 +523,6 @@ impl Dimension {
             let bytes = unsafe { byte_slice(domain, 2 * datatype.size() as u64) };
             Some(bounds_from_bytes(datatype, bytes)?)
         };
-        let mut extent = ptr::null();
-        tiledb_call!(ctx, tiledb_dimension_get_tile_extent(self.raw, &mut extent))?;
         let tile_extent = if extent.is_null() || cell_val_num == VAR_NUM {
             None
         } else {
@@ -475,26 +545,28 @@ impl Dimension {
 impl Attribute {
     fn info(&self) -> Result<AttributeInfo> {
         let ctx = &self.ctx;
-        let mut name = ptr::null();
-        tiledb_call!(ctx, tiledb_attribute_get_name(self.raw, &mut name))?;
-        let mut datatype = 0;
-        tiledb_call!(ctx, tiledb_attribute_get_type(self.raw, &mut datatype))?;
-        let mut cell_val_num = 0u32;
-        tiledb_call!(
-            ctx,
-            tiledb_attribute_get_cell_val_num(self.raw, &mut cell_val_num)
-        )?;
-        let mut nullable = 0u8;
-        tiledb_call!(ctx, tiledb_attribute_get_nullable(self.raw, &mut nullable))?;
-        let mut enumeration = ptr::null_mut();
-        tiledb_call!(
-            ctx,
-            tiledb_attribute_get_enumeration_name(self.raw, &mut enumeration)
-        )?;
-        let enumeration = if enumeration.is_null() {
-            None
-        } else {
-            Some(take_string(enumeration)?)
+        let (mut name, mut datatype, mut cell_val_num) = (ptr::null(), 0, 0u32);
+        let (mut nullable, mut enumeration) = (0u8, ptr::null_mut());
+        // SAFETY: `self.raw` is the live attribute `self` owns; each call writes one value to a
+        // local. The name is owned by the attribute; the enumeration name, when not null, is a
+        // new string handed over to us and taken (and freed) once, here.
+        let enumeration = unsafe {
+            tiledb_call!(ctx, tiledb_attribute_get_name(self.raw, &mut name))?;
+            tiledb_call!(ctx, tiledb_attribute_get_type(self.raw, &mut datatype))?;
+            tiledb_call!(
+                ctx,
+                tiledb_attribute_get_cell_val_num(self.raw, &mut cell_val_num)
+            )?;
+            tiledb_call!(ctx, tiledb_attribute_get_nullable(self.raw, &mut nullable))?;
+            tiledb_call!(
+                ctx,
+                tiledb_attribute_get_enumeration_name(self.raw, &mut enumeration)
+            )?;
+            if enumeration.is_null() {
+                None
+            } else {
+                Some(take_string(enumeration)?)
+            }
         };
         Ok(AttributeInfo {
             // SAFETY: the name is a NUL-terminated string owned by the live attribute handle.
@@ -510,31 +582,34 @@ impl Attribute {
 impl Enumeration {
     fn info(&self) -> Result<EnumerationInfo> {
         let ctx = &self.ctx;
-        let mut datatype = 0;
-        tiledb_call!(ctx, tiledb_enumeration_get_type(self.raw, &mut datatype))?;
-        let datatype = Datatype::from_raw(datatype)?;
-        let mut cell_val_num = 0u32;
-        tiledb_call!(
-            ctx,
-            tiledb_enumeration_get_cell_val_num(self.raw, &mut cell_val_num)
-        )?;
-        let mut ordered = 0;
-        tiledb_call!(ctx, tiledb_enumeration_get_ordered(self.raw, &mut ordered))?;
+        let (mut datatype, mut cell_val_num, mut ordered) = (0, 0u32, 0);
         let (mut data, mut data_size) = (ptr::null(), 0u64);
-        tiledb_call!(
-            ctx,
-            tiledb_enumeration_get_data(self.raw, &mut data, &mut data_size)
-        )?;
-        // SAFETY: the data buffer is owned by the live enumeration handle and copied below.
-        let data = unsafe { byte_slice(data, data_size) };
-        let values = if cell_val_num == VAR_NUM {
-            let (mut offsets, mut offsets_size) = (ptr::null(), 0u64);
+        // SAFETY: `self.raw` is the live enumeration `self` owns; each call writes to locals.
+        // The data buffer is owned by the enumeration and copied below.
+        let data = unsafe {
+            tiledb_call!(ctx, tiledb_enumeration_get_type(self.raw, &mut datatype))?;
             tiledb_call!(
                 ctx,
-                tiledb_enumeration_get_offsets(self.raw, &mut offsets, &mut offsets_size)
+                tiledb_enumeration_get_cell_val_num(self.raw, &mut cell_val_num)
             )?;
+            tiledb_call!(ctx, tiledb_enumeration_get_ordered(self.raw, &mut ordered))?;
+            tiledb_call!(
+                ctx,
+                tiledb_enumeration_get_data(self.raw, &mut data, &mut data_size)
+            )?;
+            byte_slice(data, data_size)
+        };
+        let datatype = Datatype::from_raw(datatype)?;
+        let values = if cell_val_num == VAR_NUM {
+            let (mut offsets, mut offsets_size) = (ptr::null(), 0u64);
             // SAFETY: as for `data`: `offsets_size` bytes of u64 offsets owned by the handle.
-            let offsets = unsafe { byte_slice(offsets, offsets_size) };
+            let offsets = unsafe {
+                tiledb_call!(
+                    ctx,
+                    tiledb_enumeration_get_offsets(self.raw, &mut offsets, &mut offsets_size)
+                )?;
+                byte_slice(offsets, offsets_size)
+            };
             let starts: Vec<usize> = offsets
                 .chunks_exact(8)
                 .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")) as usize)
@@ -564,10 +639,14 @@ impl FragmentInfo {
     pub fn load(ctx: &Context, uri: &str) -> Result<FragmentInfo> {
         let c_uri = c_string(uri)?;
         let mut raw = ptr::null_mut();
-        tiledb_call!(ctx, tiledb_fragment_info_alloc(c_uri.as_ptr(), &mut raw))?;
-        let info = FragmentInfo::from_raw(ctx, raw)?;
-        tiledb_call!(ctx, tiledb_fragment_info_load(info.raw))?;
-        Ok(info)
+        // SAFETY: `c_uri` outlives the alloc; the new fragment info handle stored in `raw` is
+        // taken over by the wrapper, and loaded while `info` owns it.
+        unsafe {
+            tiledb_call!(ctx, tiledb_fragment_info_alloc(c_uri.as_ptr(), &mut raw))?;
+            let info = FragmentInfo::from_raw(ctx, raw)?;
+            tiledb_call!(ctx, tiledb_fragment_info_load(info.raw))?;
+            Ok(info)
+        }
     }
 
     /// The fragments loaded; `first_dimension` is the array's first dimension, whose range
@@ -575,40 +654,54 @@ impl FragmentInfo {
     pub fn fragments(&self, first_dimension: Option<&DimensionInfo>) -> Result<Vec<Fragment>> {
         let ctx = &self.ctx;
         let mut num = 0u32;
-        tiledb_call!(
-            ctx,
-            tiledb_fragment_info_get_fragment_num(self.raw, &mut num)
-        )?;
+        // SAFETY: `self.raw` is the loaded fragment info `self` owns; `num` is a local.
+        unsafe {
+            tiledb_call!(
+                ctx,
+                tiledb_fragment_info_get_fragment_num(self.raw, &mut num)
+            )
+        }?;
         (0..num)
             .map(|fid| {
-                let mut uri = ptr::null();
-                tiledb_call!(
-                    ctx,
-                    tiledb_fragment_info_get_fragment_uri(self.raw, fid, &mut uri)
-                )?;
-                let mut cell_num = 0u64;
-                tiledb_call!(
-                    ctx,
-                    tiledb_fragment_info_get_cell_num(self.raw, fid, &mut cell_num)
-                )?;
+                let (mut uri, mut cell_num) = (ptr::null(), 0u64);
                 let (mut start, mut end) = (0u64, 0u64);
-                tiledb_call!(
-                    ctx,
-                    tiledb_fragment_info_get_timestamp_range(self.raw, fid, &mut start, &mut end)
-                )?;
+                // SAFETY: `self.raw` is the loaded fragment info and `fid` below its fragment
+                // count; each call writes to locals. The URI is owned by the fragment info.
+                unsafe {
+                    tiledb_call!(
+                        ctx,
+                        tiledb_fragment_info_get_fragment_uri(self.raw, fid, &mut uri)
+                    )?;
+                    tiledb_call!(
+                        ctx,
+                        tiledb_fragment_info_get_cell_num(self.raw, fid, &mut cell_num)
+                    )?;
+                    tiledb_call!(
+                        ctx,
+                        tiledb_fragment_info_get_timestamp_range(
+                            self.raw, fid, &mut start, &mut end
+                        )
+                    )?;
+                }
                 let first_dimension = match first_dimension {
                     Some(dim) if dim.cell_val_num != VAR_NUM => {
-                        let mut buf = vec![0u8; 2 * dim.datatype.size()];
-                        tiledb_call!(
-                            ctx,
-                            tiledb_fragment_info_get_non_empty_domain_from_index(
-                                self.raw,
-                                fid,
-                                0,
-                                buf.as_mut_ptr() as *mut c_void
+                        let len = 2 * dim.datatype.size();
+                        let mut buf = vec![0u8; len.max(FIXED_BOUNDS_MAX)];
+                        // SAFETY: as above. libtiledb writes the fragment's `[lo, hi]` of
+                        // dimension 0 (it refuses a var-sized one): at most `FIXED_BOUNDS_MAX`
+                        // bytes, or `len` when `dim` describes it, and `buf` holds both.
+                        unsafe {
+                            tiledb_call!(
+                                ctx,
+                                tiledb_fragment_info_get_non_empty_domain_from_index(
+                                    self.raw,
+                                    fid,
+                                    0,
+                                    buf.as_mut_ptr() as *mut c_void
+                                )
                             )
-                        )?;
-                        Some(bounds_from_bytes(dim.datatype, &buf)?)
+                        }?;
+                        Some(bounds_from_bytes(dim.datatype, &buf[..len])?)
                     }
                     _ => None,
                 };

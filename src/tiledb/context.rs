@@ -13,13 +13,17 @@ pub(crate) fn c_string(s: &str) -> Result<CString> {
 }
 
 /// Reads the message out of a `tiledb_error_t` and frees it.
-fn take_error(mut err: *mut ffi::tiledb_error_t) -> Error {
+///
+/// # Safety
+/// `err` is null or a live error handle that libtiledb just handed over and nothing else
+/// frees: this function frees it.
+unsafe fn take_error(mut err: *mut ffi::tiledb_error_t) -> Error {
     if err.is_null() {
         return Error::new("libtiledb reported an error without a message");
     }
     let mut msg = ptr::null();
-    // SAFETY: `err` is a live error handle returned by libtiledb; the message pointer it gives
-    // stays valid until the handle is freed, and it is copied before the free below.
+    // SAFETY: `err` is live and ours (the caller's contract); the message it points `msg` at
+    // stays valid until the handle is freed, and is copied before the free below.
     let text = unsafe {
         let rc = ffi::tiledb_error_message(err, &mut msg);
         let text = if rc == ffi::TILEDB_OK && !msg.is_null() {
@@ -42,10 +46,12 @@ impl Config {
     pub fn new() -> Result<Self> {
         let mut raw = ptr::null_mut();
         let mut err = ptr::null_mut();
-        // SAFETY: both out-pointers are valid; on failure libtiledb sets `err` instead of `raw`.
+        // SAFETY: both out-pointers are locals; libtiledb stores a new config in `raw`, or on
+        // failure a new error handle (which `take_error` frees) in `err`.
         let rc = unsafe { ffi::tiledb_config_alloc(&mut raw, &mut err) };
         if rc != ffi::TILEDB_OK {
-            return Err(take_error(err));
+            // SAFETY: `err` is null or the error handle the failed call just handed over.
+            return Err(unsafe { take_error(err) });
         }
         Ok(Config { raw })
     }
@@ -54,10 +60,12 @@ impl Config {
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let (k, v) = (c_string(key)?, c_string(value)?);
         let mut err = ptr::null_mut();
-        // SAFETY: `self.raw` is live for `self`'s lifetime; the strings outlive the call.
+        // SAFETY: `self.raw` is live for `self`'s lifetime; the strings outlive the call, which
+        // copies them; on failure a new error handle is stored in the local `err`.
         let rc = unsafe { ffi::tiledb_config_set(self.raw, k.as_ptr(), v.as_ptr(), &mut err) };
         if rc != ffi::TILEDB_OK {
-            return Err(take_error(err));
+            // SAFETY: `err` is null or the error handle the failed call just handed over.
+            return Err(unsafe { take_error(err) });
         }
         Ok(())
     }
@@ -79,6 +87,7 @@ struct RawContext(*mut ffi::tiledb_ctx_t);
 // SAFETY: a libtiledb context is documented as thread-safe: all of its state is internally
 // synchronised, and soma-mount shares one context across FUSE worker threads.
 unsafe impl Send for RawContext {}
+// SAFETY: as for `Send`: concurrent calls through `&RawContext` are synchronised by libtiledb.
 unsafe impl Sync for RawContext {}
 
 impl Drop for RawContext {
@@ -98,7 +107,8 @@ pub struct Context {
 impl Context {
     pub fn new(config: &Config) -> Result<Self> {
         let mut raw = ptr::null_mut();
-        // SAFETY: `config` is live; libtiledb copies it into the context.
+        // SAFETY: `config` is live; libtiledb copies it into the context and stores the new
+        // context in the local `raw`.
         let rc = unsafe { ffi::tiledb_ctx_alloc(config.as_ptr(), &mut raw) };
         if rc != ffi::TILEDB_OK || raw.is_null() {
             return Err(Error::new("cannot create a libtiledb context"));
@@ -123,20 +133,26 @@ impl Context {
         if got != ffi::TILEDB_OK || err.is_null() {
             return Err(Error::new(format!("libtiledb call failed with code {rc}")));
         }
-        Err(take_error(err))
+        // SAFETY: `err` is the new error handle the call above handed over.
+        Err(unsafe { take_error(err) })
     }
 }
 
 /// Calls a libtiledb function that takes the context first and checks its return code.
 ///
-/// `tiledb_call!(ctx, tiledb_array_open(array, TILEDB_READ))` expands to an `unsafe` call
-/// of `ffi::tiledb_array_open(ctx.as_ptr(), array, TILEDB_READ)` whose code becomes a
-/// `Result<()>`. The caller states the safety of the arguments at the call site.
+/// `tiledb_call!(ctx, tiledb_array_open(array, TILEDB_READ))` expands to
+/// `ctx.check(ffi::tiledb_array_open(ctx.as_ptr(), array, TILEDB_READ))`: a `Result<()>` with
+/// libtiledb's message. The macro holds no `unsafe` of its own, so it compiles only inside the
+/// caller's `unsafe` block, whose `// SAFETY:` comment says why the arguments are valid:
+///
+/// ```text
+/// // SAFETY: `array` is a live array handle owned by the caller.
+/// unsafe { tiledb_call!(ctx, tiledb_array_open(array, ffi::TILEDB_READ)) }?;
+/// ```
 macro_rules! tiledb_call {
     ($ctx:expr, $func:ident($($arg:expr),* $(,)?)) => {{
         let ctx: &$crate::tiledb::Context = $ctx;
-        let rc = unsafe { $crate::tiledb::ffi::$func(ctx.as_ptr() $(, $arg)*) };
-        ctx.check(rc)
+        ctx.check($crate::tiledb::ffi::$func(ctx.as_ptr() $(, $arg)*))
     }};
 }
 pub(crate) use tiledb_call;

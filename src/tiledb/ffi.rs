@@ -1,9 +1,11 @@
 //! Hand-written declarations of the part of libtiledb's C API that soma-mount uses.
 //!
-//! Every signature here was checked against TileDB 2.30.0's headers under
-//! `tiledb/api/c_api/` (and `tiledb/sm/c_api/tiledb.h` for queries). C enums are `int`-sized;
-//! they are declared as `i32`/`u32` aliases and the values soma-mount needs are constants
-//! below. Nothing outside `src/tiledb/` uses this module: the safe wrappers beside it own
+//! Every declaration here is checked mechanically against TileDB 2.30.0's C headers (under
+//! `tiledb/api/c_api/`, and `tiledb/sm/c_api/tiledb.h` for queries) by `scripts/check-ffi`,
+//! which CI runs: it compares them with `ffi.manifest`, extracted from those headers, and
+//! checks that the linked libtiledb exports every function. C enums are `int`-sized (`u32`,
+//! as none has a negative value) and keep their C typedef names; constants keep their C
+//! names. Nothing outside `src/tiledb/` uses this module: the safe wrappers beside it own
 //! every handle.
 
 #![allow(non_camel_case_types)]
@@ -26,16 +28,18 @@ pub type tiledb_query_condition_op_t = u32;
 pub type tiledb_query_condition_combination_op_t = u32;
 pub type tiledb_current_domain_type_t = u32;
 
-pub const TILEDB_OBJECT_GROUP: tiledb_object_t = 1;
-pub const TILEDB_OBJECT_ARRAY: tiledb_object_t = 2;
+pub const TILEDB_GROUP: tiledb_object_t = 1;
+pub const TILEDB_ARRAY: tiledb_object_t = 2;
 
 pub const TILEDB_READ: tiledb_query_type_t = 0;
 
 pub const TILEDB_DENSE: tiledb_array_type_t = 0;
 
 pub const TILEDB_ROW_MAJOR: tiledb_layout_t = 0;
+pub const TILEDB_COL_MAJOR: tiledb_layout_t = 1;
 pub const TILEDB_GLOBAL_ORDER: tiledb_layout_t = 2;
 pub const TILEDB_UNORDERED: tiledb_layout_t = 3;
+pub const TILEDB_HILBERT: tiledb_layout_t = 4;
 
 pub const TILEDB_FAILED: tiledb_query_status_t = 0;
 pub const TILEDB_COMPLETED: tiledb_query_status_t = 1;

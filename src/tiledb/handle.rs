@@ -13,8 +13,12 @@ macro_rules! handle {
 
         impl $name {
             /// Takes ownership of a handle libtiledb just returned.
+            ///
+            /// # Safety
+            /// `raw` is null (an error) or a live handle of this type, made through `ctx`'s
+            /// context, that nothing else frees: the wrapper frees it on drop.
             #[allow(dead_code)]
-            pub(crate) fn from_raw(
+            pub(crate) unsafe fn from_raw(
                 ctx: &$crate::tiledb::Context,
                 raw: *mut $crate::tiledb::ffi::$raw,
             ) -> $crate::tiledb::Result<Self> {
@@ -60,20 +64,25 @@ macro_rules! handle {
         // SAFETY: the handle is only reached through `&self`/`&mut self` of this wrapper and
         // libtiledb's read-side objects are safe to use from any thread once created.
         unsafe impl Send for $name {}
+        // SAFETY: as for `Send`: shared use only reads, which libtiledb allows concurrently.
         unsafe impl Sync for $name {}
     };
 }
 pub(crate) use handle;
 
 /// Copies a `tiledb_string_t` into a Rust `String` and frees it.
-pub(crate) fn take_string(mut s: *mut super::ffi::tiledb_string_t) -> super::Result<String> {
+///
+/// # Safety
+/// `s` is null or a live string handle that libtiledb just handed over and nothing else
+/// frees: this function frees it.
+pub(crate) unsafe fn take_string(mut s: *mut super::ffi::tiledb_string_t) -> super::Result<String> {
     if s.is_null() {
         return Err(super::Error::new("libtiledb returned a null string"));
     }
     let mut data = std::ptr::null();
     let mut len = 0usize;
-    // SAFETY: `s` is a live string handle just returned by libtiledb; its bytes are valid for
-    // `len` until it is freed, and they are copied before the free.
+    // SAFETY: `s` is live and ours (the caller's contract); the `len` bytes at `data` stay
+    // valid until it is freed, and they are copied before the free.
     let text = unsafe {
         let rc = super::ffi::tiledb_string_view(s, &mut data, &mut len);
         let text = if rc == super::ffi::TILEDB_OK && !data.is_null() {
@@ -96,5 +105,8 @@ pub(crate) unsafe fn copy_c_str(p: *const std::ffi::c_char) -> String {
     if p.is_null() {
         return String::new();
     }
-    std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+    // SAFETY: `p` is non-null here, so a valid NUL-terminated string (the caller's contract).
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
 }

@@ -44,14 +44,20 @@ pub(crate) type MetadataFromIndex<T> = unsafe extern "C" fn(
 ) -> capi_return_t;
 
 /// Reads every metadata entry of an open group or array through its pair of C functions.
-pub(crate) fn read_all<T>(
+///
+/// # Safety
+/// `handle` is a live group or array, made through `ctx`'s context and open for reading, of
+/// the type `num` and `from_index` take (`tiledb_group_*` with a group, `tiledb_array_*` with
+/// an array); it stays open for the call.
+pub(crate) unsafe fn read_all<T>(
     ctx: &Context,
     handle: *mut T,
     num: MetadataNum<T>,
     from_index: MetadataFromIndex<T>,
 ) -> Result<Metadata> {
     let mut count = 0u64;
-    // SAFETY: `handle` is a live open group or array of the kind `num` expects.
+    // SAFETY: `handle` is open and of the kind `num` takes (the caller's contract); `count` is
+    // a local.
     ctx.check(unsafe { num(ctx.as_ptr(), handle, &mut count) })?;
     let mut out = Metadata::new();
     for index in 0..count {

@@ -4,6 +4,14 @@
 //! in `Drop` and holding the context that made it. Every call's return code is checked and
 //! turned into one [`Error`] carrying libtiledb's own message. Nothing above this module
 //! touches a raw pointer: callers get plain Rust values (`SchemaInfo`, `Metadata`, `Member`).
+//!
+//! Every `unsafe` is written where a pointer is used, with a `// SAFETY:` comment giving the
+//! invariant it relies on (`tiledb_call!` has none of its own), and a function that trusts a
+//! pointer it is given is an `unsafe fn` with a `# Safety` section. Clippy and the lints below
+//! hold CI to that. `scripts/check-ffi` checks `ffi.rs` against TileDB's C headers.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod array;
 mod context;
@@ -43,8 +51,8 @@ pub enum ObjectType {
 impl ObjectType {
     pub(crate) fn from_raw(raw: ffi::tiledb_object_t) -> Self {
         match raw {
-            ffi::TILEDB_OBJECT_GROUP => ObjectType::Group,
-            ffi::TILEDB_OBJECT_ARRAY => ObjectType::Array,
+            ffi::TILEDB_GROUP => ObjectType::Group,
+            ffi::TILEDB_ARRAY => ObjectType::Array,
             _ => ObjectType::Invalid,
         }
     }
@@ -54,6 +62,7 @@ impl ObjectType {
 pub fn object_type(ctx: &Context, uri: &str) -> Result<ObjectType> {
     let c_uri = c_string(uri)?;
     let mut raw = 0;
-    tiledb_call!(ctx, tiledb_object_type(c_uri.as_ptr(), &mut raw))?;
+    // SAFETY: `c_uri` outlives the call; libtiledb writes one `tiledb_object_t` to `raw`.
+    unsafe { tiledb_call!(ctx, tiledb_object_type(c_uri.as_ptr(), &mut raw)) }?;
     Ok(ObjectType::from_raw(raw))
 }

@@ -223,38 +223,55 @@ impl ReadQuery {
     ) -> Result<ReadQuery> {
         let ctx = array.context().clone();
         let mut raw = ptr::null_mut();
-        tiledb_call!(
-            &ctx,
-            tiledb_query_alloc(array.as_ptr(), ffi::TILEDB_READ, &mut raw)
-        )?;
-        let query = Query::from_raw(&ctx, raw)?;
         let layout = match layout {
             Layout::RowMajor => ffi::TILEDB_ROW_MAJOR,
             Layout::Unordered => ffi::TILEDB_UNORDERED,
             Layout::GlobalOrder => ffi::TILEDB_GLOBAL_ORDER,
         };
-        tiledb_call!(&ctx, tiledb_query_set_layout(query.as_ptr(), layout))?;
+        // SAFETY: `array` is an open array, kept alive by the `Arc` the query holds; the new
+        // query handle stored in `raw` is taken over by the wrapper.
+        let query = unsafe {
+            tiledb_call!(
+                &ctx,
+                tiledb_query_alloc(array.as_ptr(), ffi::TILEDB_READ, &mut raw)
+            )?;
+            let query = Query::from_raw(&ctx, raw)?;
+            tiledb_call!(&ctx, tiledb_query_set_layout(query.as_ptr(), layout))?;
+            query
+        };
 
         if ranges.iter().any(|r| !r.is_empty()) {
             let dimensions = array.schema()?.info()?.dimensions;
             let mut raw = ptr::null_mut();
-            tiledb_call!(&ctx, tiledb_subarray_alloc(array.as_ptr(), &mut raw))?;
-            let subarray = Subarray::from_raw(&ctx, raw)?;
+            // SAFETY: `array` is open; the new subarray handle stored in `raw` is taken over by
+            // the wrapper.
+            let subarray = unsafe {
+                tiledb_call!(&ctx, tiledb_subarray_alloc(array.as_ptr(), &mut raw))?;
+                Subarray::from_raw(&ctx, raw)?
+            };
             for (dim, (dim_ranges, info)) in ranges.iter().zip(&dimensions).enumerate() {
                 for (lo, hi) in dim_ranges {
-                    subarray.add_range(dim as u32, info.datatype, lo, hi)?;
+                    // SAFETY: `info` is dimension `dim` of the schema of `array`, from which
+                    // the subarray was made.
+                    unsafe { subarray.add_range(dim as u32, info.datatype, lo, hi) }?;
                 }
             }
-            tiledb_call!(
-                &ctx,
-                tiledb_query_set_subarray_t(query.as_ptr(), subarray.as_ptr())
-            )?;
+            // SAFETY: both handles are live; libtiledb copies the subarray into the query.
+            unsafe {
+                tiledb_call!(
+                    &ctx,
+                    tiledb_query_set_subarray_t(query.as_ptr(), subarray.as_ptr())
+                )
+            }?;
         }
         if let Some(condition) = condition {
-            tiledb_call!(
-                &ctx,
-                tiledb_query_set_condition(query.as_ptr(), condition.as_ptr())
-            )?;
+            // SAFETY: both handles are live; libtiledb copies the condition into the query.
+            unsafe {
+                tiledb_call!(
+                    &ctx,
+                    tiledb_query_set_condition(query.as_ptr(), condition.as_ptr())
+                )
+            }?;
         }
 
         let columns = columns
@@ -326,40 +343,43 @@ impl ReadQuery {
             *c.data_size = c.data.capacity() as u64;
             *c.offsets_size = (c.offsets.capacity() * 8) as u64;
             *c.validity_size = c.validity.capacity() as u64;
-            // SAFETY (all three calls): libtiledb writes at most the given sizes, the vectors'
-            // capacities, through these pointers. The vectors and boxed sizes stay in
+            // SAFETY: `q` is the live query `self` owns. libtiledb keeps these pointers and,
+            // on submission, writes at most the given sizes (the vectors' capacities) through
+            // them and its sizes to the boxes. The name, vectors and boxed sizes stay in
             // `self.columns`, untouched, until the submission returns, and the query is freed
             // before them (field order) or gets new buffers before its next submission.
-            tiledb_call!(
-                &ctx,
-                tiledb_query_set_data_buffer(
-                    q,
-                    c.name.as_ptr(),
-                    c.data.as_mut_ptr() as *mut c_void,
-                    &mut *c.data_size
-                )
-            )?;
-            if c.spec.is_var() {
+            unsafe {
                 tiledb_call!(
                     &ctx,
-                    tiledb_query_set_offsets_buffer(
+                    tiledb_query_set_data_buffer(
                         q,
                         c.name.as_ptr(),
-                        c.offsets.as_mut_ptr(),
-                        &mut *c.offsets_size
+                        c.data.as_mut_ptr() as *mut c_void,
+                        &mut *c.data_size
                     )
                 )?;
-            }
-            if c.spec.nullable {
-                tiledb_call!(
-                    &ctx,
-                    tiledb_query_set_validity_buffer(
-                        q,
-                        c.name.as_ptr(),
-                        c.validity.as_mut_ptr(),
-                        &mut *c.validity_size
-                    )
-                )?;
+                if c.spec.is_var() {
+                    tiledb_call!(
+                        &ctx,
+                        tiledb_query_set_offsets_buffer(
+                            q,
+                            c.name.as_ptr(),
+                            c.offsets.as_mut_ptr(),
+                            &mut *c.offsets_size
+                        )
+                    )?;
+                }
+                if c.spec.nullable {
+                    tiledb_call!(
+                        &ctx,
+                        tiledb_query_set_validity_buffer(
+                            q,
+                            c.name.as_ptr(),
+                            c.validity.as_mut_ptr(),
+                            &mut *c.validity_size
+                        )
+                    )?;
+                }
             }
         }
         Ok(())
@@ -388,12 +408,16 @@ impl ReadQuery {
             }
             self.set_buffers()?;
             let ctx = self.query.context().clone();
-            tiledb_call!(&ctx, tiledb_query_submit(self.query.as_ptr()))?;
             let mut status = 0;
-            tiledb_call!(
-                &ctx,
-                tiledb_query_get_status(self.query.as_ptr(), &mut status)
-            )?;
+            // SAFETY: the query is live and every buffer `set_buffers` just gave it is alive
+            // and unaliased until this returns (see there); `status` is a local.
+            unsafe {
+                tiledb_call!(&ctx, tiledb_query_submit(self.query.as_ptr()))?;
+                tiledb_call!(
+                    &ctx,
+                    tiledb_query_get_status(self.query.as_ptr(), &mut status)
+                )?;
+            }
             self.take_results()?;
             let cells = self.result_cells();
             match status {
@@ -486,32 +510,45 @@ impl ReadQuery {
 
 impl Subarray {
     /// Adds the inclusive range `lo..=hi` on dimension `dim` of type `datatype`.
-    fn add_range(&self, dim: u32, datatype: Datatype, lo: &Value, hi: &Value) -> Result<()> {
+    ///
+    /// # Safety
+    /// `datatype` is the type of dimension `dim` of this subarray's array: libtiledb reads one
+    /// value of its own type for that dimension from each fixed-size bound, with no size given.
+    unsafe fn add_range(&self, dim: u32, datatype: Datatype, lo: &Value, hi: &Value) -> Result<()> {
         let ctx = self.context();
         match (lo, hi) {
-            (Value::Text(lo), Value::Text(hi)) => tiledb_call!(
-                ctx,
-                tiledb_subarray_add_range_var(
-                    self.as_ptr(),
-                    dim,
-                    lo.as_ptr() as *const c_void,
-                    lo.len() as u64,
-                    hi.as_ptr() as *const c_void,
-                    hi.len() as u64
-                )
-            ),
-            _ => {
-                let (lo, hi) = (lo.to_native(datatype)?, hi.to_native(datatype)?);
+            // SAFETY: `self` is live; the bounds are `len()` bytes each, alive for the call,
+            // which copies them.
+            (Value::Text(lo), Value::Text(hi)) => unsafe {
                 tiledb_call!(
                     ctx,
-                    tiledb_subarray_add_range(
+                    tiledb_subarray_add_range_var(
                         self.as_ptr(),
                         dim,
                         lo.as_ptr() as *const c_void,
+                        lo.len() as u64,
                         hi.as_ptr() as *const c_void,
-                        ptr::null()
+                        hi.len() as u64
                     )
                 )
+            },
+            _ => {
+                let (lo, hi) = (lo.to_native(datatype)?, hi.to_native(datatype)?);
+                // SAFETY: `self` is live. libtiledb refuses a var-sized dimension, else reads
+                // one value of dimension `dim`'s type, `datatype` (the caller's contract), from
+                // each bound: `to_native` made each one such value. The stride is null (none).
+                unsafe {
+                    tiledb_call!(
+                        ctx,
+                        tiledb_subarray_add_range(
+                            self.as_ptr(),
+                            dim,
+                            lo.as_ptr() as *const c_void,
+                            hi.as_ptr() as *const c_void,
+                            ptr::null()
+                        )
+                    )
+                }
             }
         }
     }
@@ -572,23 +609,30 @@ impl QueryCondition {
     pub fn equals(array: &Array, name: &str, value: Option<&[u8]>) -> Result<QueryCondition> {
         let ctx = array.context();
         let mut raw = ptr::null_mut();
-        tiledb_call!(ctx, tiledb_query_condition_alloc(&mut raw))?;
-        let condition = QueryCondition::from_raw(ctx, raw)?;
+        // SAFETY: the new condition handle stored in `raw` is taken over by the wrapper.
+        let condition = unsafe {
+            tiledb_call!(ctx, tiledb_query_condition_alloc(&mut raw))?;
+            QueryCondition::from_raw(ctx, raw)?
+        };
         let c_name = c_string(name)?;
         let (ptr, len) = match value {
             Some(v) => (v.as_ptr() as *const c_void, v.len() as u64),
             None => (ptr::null(), 0),
         };
-        tiledb_call!(
-            ctx,
-            tiledb_query_condition_init(
-                condition.as_ptr(),
-                c_name.as_ptr(),
-                ptr,
-                len,
-                ffi::TILEDB_EQ
+        // SAFETY: the condition is live; `c_name` and the `len` bytes at `ptr` (null and 0 for
+        // a null test) outlive the call, which copies them.
+        unsafe {
+            tiledb_call!(
+                ctx,
+                tiledb_query_condition_init(
+                    condition.as_ptr(),
+                    c_name.as_ptr(),
+                    ptr,
+                    len,
+                    ffi::TILEDB_EQ
+                )
             )
-        )?;
+        }?;
         Ok(condition)
     }
 
@@ -596,16 +640,20 @@ impl QueryCondition {
     pub fn and(&self, other: &QueryCondition) -> Result<QueryCondition> {
         let ctx = self.context();
         let mut raw = ptr::null_mut();
-        tiledb_call!(
-            ctx,
-            tiledb_query_condition_combine(
-                self.as_ptr(),
-                other.as_ptr(),
-                ffi::TILEDB_AND,
-                &mut raw
-            )
-        )?;
-        QueryCondition::from_raw(ctx, raw)
+        // SAFETY: both conditions are live and only read; the new combined condition stored in
+        // `raw` is taken over by the wrapper.
+        unsafe {
+            tiledb_call!(
+                ctx,
+                tiledb_query_condition_combine(
+                    self.as_ptr(),
+                    other.as_ptr(),
+                    ffi::TILEDB_AND,
+                    &mut raw
+                )
+            )?;
+            QueryCondition::from_raw(ctx, raw)
+        }
     }
 }
 
