@@ -279,6 +279,12 @@ fn detach_from_parent() {
     }
 }
 
+/// The device of what is mounted at `dir` (its root's `st_dev`), if it answers.
+fn mounted_device(dir: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).ok().map(|m| m.dev())
+}
+
 /// Unmounts `dir`; a busy mount (files open on it) is detached instead.
 fn unmount(dir: &Path) {
     if let Err(e) = umount2(dir, 0) {
@@ -435,6 +441,9 @@ fn serve(cli: &Cli, tree: &Tree, session: fuser::BackgroundSession, stop: &Atomi
         detach_from_parent();
     }
     warm_heap();
+    // What identifies this daemon's mount: the device of its root. Whatever is mounted at
+    // the path later (a new mount after an outside `umount`) has another.
+    let own_device = mounted_device(&cli.mountpoint);
     let signalled = loop {
         if stop.load(Ordering::Relaxed) {
             break true;
@@ -446,8 +455,9 @@ fn serve(cli: &Cli, tree: &Tree, session: fuser::BackgroundSession, stop: &Atomi
     };
     if signalled {
         info!("signal received: unmounting {}", cli.mountpoint.display());
-        // (Unless it went meanwhile: the directory may hold another mount by now.)
-        if !session.guard.is_finished() {
+        // Only this daemon's own mount: it may have gone meanwhile, and the directory may
+        // hold another mount by now.
+        if !session.guard.is_finished() && mounted_device(&cli.mountpoint) == own_device {
             unmount(&cli.mountpoint);
         }
     } else {
@@ -481,7 +491,16 @@ fn shut_down(tree: &Tree, session: fuser::BackgroundSession) -> ExitCode {
         // serve those files (the log has no buffer to lose).
         unsafe { libc::_exit(0) }
     }
-    match session.join() {
+    // The session's thread is joined on its own and the rest of the session forgotten: when
+    // dropped, fuser unmounts whatever is mounted at the path, and once an outside `umount`
+    // has taken this daemon's mount away, that may be a new mount of someone else's.
+    let mut session = session;
+    let guard = std::mem::replace(&mut session.guard, std::thread::spawn(|| Ok(())));
+    std::mem::forget(session);
+    let ended = guard
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the FUSE session's thread panicked")));
+    match ended {
         Ok(()) => ExitCode::SUCCESS,
         // After an unmount the session's last read of the FUSE device fails: with ENODEV,
         // which fuser takes as the end, or, when it meets the kernel tearing down a detached

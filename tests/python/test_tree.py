@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,8 @@ GENERATED_GROUP_NAMES = {"metadata.json"}
 def generated_group_names(node, by_relpath) -> set:
     """The names soma-mount adds to a group's directory (LAYOUT.md): metadata.json always;
     coordinate_space.json, transforms.json, image.json and level_<n>.png for spatial
-    objects; 10x/ in a measurement under an experiment's ms."""
+    objects; 10x/ in a measurement under an experiment's ms; anndata/ in an experiment with
+    a measurement that has var and X."""
     names = set(GENERATED_GROUP_NAMES)
     md = somaref.expected_metadata(node)
     if "soma_coordinate_space" in md:
@@ -58,6 +60,10 @@ def generated_group_names(node, by_relpath) -> set:
         experiment = by_relpath.get(node.relpath[:-2])
         if experiment is not None and experiment.soma_type == "SOMAExperiment" and "obs" in experiment.members:
             names.add("10x")
+    if node.soma_type == "SOMAExperiment" and "ms" in node.members:
+        measurements = [m for rel, m in by_relpath.items() if rel[:-1] == node.relpath + ("ms",)]
+        if any(m.soma_type == "SOMAMeasurement" and {"var", "X"} <= set(m.members) for m in measurements):
+            names.add("anndata")
     return names
 REQUIRED_ARRAY_NAMES = {"metadata.json", "schema.json"}
 
@@ -544,6 +550,35 @@ def test_restart_after_sigkill_recovers_the_mount(fixtures_dir, mount, soma_moun
                 again.kill()
                 again.wait()
         assert "dead mount" in again.stderr.read()
+
+
+@pytest.mark.timeout(120)
+def test_an_ending_daemon_leaves_a_new_mount_on_its_directory_alone(fixtures_dir, mount, soma_mount_bin):
+    """A script that remounts: read files, `umount`, and at once mount the store again on the
+    same directory. The first daemon, ending meanwhile, must not unmount the second mount
+    (it used to, now and then, 17 ms after the second came up). Several rounds."""
+    with mount(fixtures_dir / "hand") as mp:
+        first = mp.proc
+        for _ in range(4):
+            with open(Path(mp) / "obs" / "data.csv", "rb") as f:  # a file open across the umount
+                f.read(100)
+                subprocess.run(["umount", "-l", mp], capture_output=True, timeout=EXIT_TIMEOUT, check=True)
+            second = subprocess.Popen(
+                [str(soma_mount_bin), "-f", "--cache-dir", mp.cache_dir, str(fixtures_dir / "hand"), str(mp)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                assert wait_until(lambda: is_mounted(mp), MOUNT_TIMEOUT), "the second mount did not come up"
+                first.wait(EXIT_TIMEOUT)
+                time.sleep(0.2)  # what the first daemon did on its way out has been done
+                assert is_mounted(mp), "the ending daemon unmounted the new mount"
+                assert "metadata.json" in os.listdir(mp)
+            except BaseException:
+                second.kill()
+                raise
+            first = second
+        mp.proc = first  # the harness unmounts and reaps the last one
 
 
 def test_live_mount_is_not_mounted_over(fixtures_dir, mount, soma_mount_bin):
