@@ -1,8 +1,9 @@
 //! Rendering: SOMA objects and Arrow record batches to the bytes of the files soma-mount
 //! shows. Each submodule renders one kind of file and knows nothing of FUSE: the JSON
-//! documents ([`json`]), CSV, TSV and JSON Lines ([`text`]), Parquet ([`parquet`]) and
-//! NumPy `.npy` ([`npy`]).
+//! documents ([`json`]), CSV, TSV and JSON Lines ([`text`]), Parquet ([`parquet`]),
+//! NumPy `.npy` ([`npy`]) and anndata's h5ad ([`h5ad`]).
 
+pub mod h5ad;
 pub mod json;
 pub mod mtx;
 pub mod npy;

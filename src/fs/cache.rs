@@ -64,6 +64,13 @@ pub struct Pending {
     committed: bool,
 }
 
+impl Pending {
+    /// Where the content is being written (for a library that writes to a path itself).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
 impl Drop for Pending {
     fn drop(&mut self) {
         if !self.committed {

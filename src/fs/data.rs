@@ -2,7 +2,9 @@
 //! array snapshots, and generating a file whole exactly once however many ask for it. What
 //! each kind of file holds is in [`super::files`].
 
+use std::fs::File;
 use std::io;
+use std::path::Path;
 use std::sync::Arc;
 
 use log::debug;
@@ -54,6 +56,32 @@ pub fn generate_whole(
     what: &str,
     generate: impl FnOnce(&mut (dyn io::Write + Send)) -> io::Result<()>,
 ) -> FsResult<()> {
+    generate_into(cache, key, what, |file, _| {
+        let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, file);
+        generate(&mut out)?;
+        io::Write::flush(&mut out)
+    })
+}
+
+/// [`generate_whole`] for content that a library writes to a file it opens itself
+/// (libhdf5): `generate` writes the file at the path it is given.
+pub fn generate_whole_at(
+    cache: &ContentCache,
+    key: &CacheKey,
+    what: &str,
+    generate: impl FnOnce(&Path) -> io::Result<()>,
+) -> FsResult<()> {
+    generate_into(cache, key, what, |_, path| generate(path))
+}
+
+/// Generates the cache entry for `key` whole into its temporary file (given open, and by
+/// path), unless there is one.
+fn generate_into(
+    cache: &ContentCache,
+    key: &CacheKey,
+    what: &str,
+    generate: impl FnOnce(&File, &Path) -> io::Result<()>,
+) -> FsResult<()> {
     if cache.size(key).is_some() {
         return Ok(());
     }
@@ -64,12 +92,8 @@ pub fn generate_whole(
         }
         let started = std::time::Instant::now();
         let (pending, file) = cache.begin(key).map_err(|e| FsError::io(what, e))?;
-        let written = crate::sync::catch_panic(|| {
-            let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, &file);
-            generate(&mut out)?;
-            io::Write::flush(&mut out)
-        })
-        .unwrap_or_else(|panic| Err(io::Error::other(panic)));
+        let written = crate::sync::catch_panic(|| generate(&file, pending.path()))
+            .unwrap_or_else(|panic| Err(io::Error::other(panic)));
         // A generation that failed leaves nothing: `pending` removes its file when dropped.
         written.map_err(|e| FsError::io(what, e))?;
         let size = file.metadata().map_err(|e| FsError::io(what, e))?.len();

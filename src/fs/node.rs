@@ -178,9 +178,7 @@ fn object_files(
             let obs = obs.clone();
             named.push(("10x".into(), NodeKind::Tenx { measurement, obs }));
         }
-        if group.soma_type == SomaType::Experiment
-            && !anndata::measurements(store, group).is_empty()
-        {
+        if group.soma_type == SomaType::Experiment && anndata::has_anndata(group) {
             let experiment = AnnDataDir::Experiment(object.clone());
             named.push(("anndata".into(), NodeKind::AnnData(experiment)));
         }

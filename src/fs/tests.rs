@@ -247,8 +247,16 @@ fn a_group_lists_its_members_under_one_to_one_names_and_its_metadata() {
     let m = mount();
     assert_eq!(
         m.names(ROOT),
-        ["obs", "ms", "a%2Fb", "a%252Fb", "metadata.json", "gone"],
-        "members in order; the member named metadata.json wins over the generated file"
+        [
+            "obs",
+            "ms",
+            "a%2Fb",
+            "a%252Fb",
+            "metadata.json",
+            "gone",
+            "anndata"
+        ],
+        "members in order, then the experiment's anndata/; a member wins over a generated name"
     );
     assert!(m.stat("metadata.json").unwrap().is_dir);
     assert!(m.stat("a%2Fb").unwrap().is_dir);

@@ -398,6 +398,7 @@ impl Tree {
             NodeKind::TenxByColumn(layer, column) => {
                 (None, node::tenx_by_column_entries(layer, column))
             }
+            NodeKind::AnnData(dir) => (None, node::anndata_entries(&*self.store, dir)),
             NodeKind::File(_) => (None, Vec::new()),
         };
         let listing = match current {

@@ -5,6 +5,7 @@
 //! reads array data. The filesystem above asks for objects by URI through a [`Store`], which
 //! owns the libtiledb context and the mount's time-travel timestamp.
 
+pub mod anndata;
 mod error;
 mod object;
 mod reader;

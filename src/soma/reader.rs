@@ -31,6 +31,7 @@ use arrow_array::{
     LargeStringArray, RecordBatch,
 };
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_ord::sort::{lexsort_to_indices, SortColumn};
 use arrow_schema::{DataType, SchemaRef};
 
 use crate::tiledb::{
@@ -82,6 +83,9 @@ pub struct BatchReader {
     labels: Vec<Option<ArrayRef>>,
     /// For global-order reads that need it: the band sorter.
     bands: Option<BandSorter>,
+    /// For small reads sorted here ([`IN_MEMORY_SORT_BYTES`]): the batches read so far,
+    /// until the last, when they are sorted whole.
+    in_memory: Option<Vec<RecordBatch>>,
     /// Sorted batches ready to hand out.
     ready: VecDeque<RecordBatch>,
     /// The rows a dense read selects: it must return exactly these.
@@ -126,6 +130,43 @@ fn plan(array: &ArrayObject) -> Plan {
         (Some(extent), Some(origin)) => Plan::Bands { extent, origin },
         _ => Plan::Sorted(Layout::RowMajor),
     }
+}
+
+/// Reads of at most this many bytes (estimated) that libtiledb would sort row-major are read
+/// unordered and sorted in memory (see [`BatchReader::open`]).
+const IN_MEMORY_SORT_BYTES: u64 = 64 << 20;
+
+/// About how many bytes a row of `columns` holds as read (var-sized cells guessed).
+fn row_bytes(columns: &[Column]) -> u64 {
+    columns
+        .iter()
+        .map(|c| match c.cell_val_num {
+            tiledb::VAR_NUM => 32,
+            n => (c.datatype.size() * n.max(1) as usize) as u64,
+        })
+        .sum::<u64>()
+        .max(1)
+}
+
+/// `batches` as one batch sorted by its first `index_columns` columns; `None` when empty.
+fn sort_by_index(
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    index_columns: usize,
+) -> Result<Option<RecordBatch>> {
+    let rows = arrow_select::concat::concat_batches(schema, batches)?;
+    if rows.num_rows() == 0 {
+        return Ok(None);
+    }
+    let keys: Vec<SortColumn> = rows.columns()[..index_columns]
+        .iter()
+        .map(|values| SortColumn {
+            values: values.clone(),
+            options: None,
+        })
+        .collect();
+    let order = lexsort_to_indices(&keys, None)?;
+    Ok(Some(arrow_select::take::take_record_batch(&rows, &order)?))
 }
 
 /// The layout a sorted plan reads in (`None` for band-sorted reads).
@@ -280,11 +321,25 @@ impl BatchReader {
         {
             plan = Plan::Sorted(Layout::RowMajor);
         }
+        // A small sparse read that libtiledb would sort (row-major) is read in global order
+        // and sorted here: libtiledb's row-major reader is hundreds of times slower on some
+        // layouts (column-major cells with a float dimension and a domain near the end of
+        // int64: 4 s for a slice of 2,280 rows that tiledbsoma reads in 10 ms). Not
+        // unordered, as tiledbsoma reads: libtiledb 2.30's unordered reader lost rows of
+        // slices of arrays with overwritten cells in the differential test.
+        let sort_in_memory = !array.schema.dense
+            && plan_layout(&plan) == Some(Layout::RowMajor)
+            && super::estimated_cells(array, selection).saturating_mul(row_bytes(&columns))
+                <= IN_MEMORY_SORT_BYTES;
+        if sort_in_memory {
+            plan = Plan::Sorted(Layout::GlobalOrder);
+        }
         let mut condition = label_condition;
-        if plan_layout(&plan) == Some(Layout::RowMajor) {
+        if sort_in_memory || plan_layout(&plan) == Some(Layout::RowMajor) {
             // libtiledb 2.30's row-major reader crashes (SIGSEGV in its tile overlap ratio)
-            // on a range of a string dimension when a tile holds only empty strings there:
-            // an exact value of a string column is a condition on it instead of a range.
+            // on a range of a string dimension when a tile holds only empty strings there,
+            // and its global-order reader lost a row of such a range on an array of several
+            // index columns: an exact value of a string column is a condition on it instead.
             for (dim_ranges, column) in ranges.iter_mut().zip(array.schema.index_columns()) {
                 let [(Value::Text(lo), Value::Text(hi))] = dim_ranges.as_slice() else {
                     continue;
@@ -368,6 +423,7 @@ impl BatchReader {
             columns,
             labels,
             bands,
+            in_memory: sort_in_memory.then(Vec::new),
             ready: VecDeque::new(),
             expected_rows,
             rows_returned: 0,
@@ -438,6 +494,20 @@ impl BatchReader {
     }
 
     fn next_sorted_batch(&mut self) -> Result<Option<RecordBatch>> {
+        if let Some(mut held) = self.in_memory.take() {
+            // Everything first, then sorted whole.
+            loop {
+                match self.next_query_batch()? {
+                    Step::Batch(batch) => held.push(batch),
+                    Step::RunEnd => {}
+                    Step::End => break,
+                }
+            }
+            let index_columns = self.columns.iter().filter(|c| c.is_index).count();
+            if let Some(sorted) = sort_by_index(&self.schema, &held, index_columns)? {
+                self.ready.push_back(sorted);
+            }
+        }
         loop {
             if let Some(batch) = self.ready.pop_front() {
                 return Ok(Some(batch));
@@ -718,7 +788,7 @@ pub fn dense_values(array: &ArrayObject, rows: Option<(u64, u64)>) -> Result<Vec
 }
 
 /// An enumeration's labels as an Arrow array of the dictionary's value type.
-fn labels_array(e: &EnumerationInfo) -> Result<ArrayRef> {
+pub(super) fn labels_array(e: &EnumerationInfo) -> Result<ArrayRef> {
     let array: ArrayRef = if e.datatype.is_string() {
         Arc::new(LargeStringArray::from_iter_values(e.values.iter().map(
             |v| match v {

@@ -66,7 +66,8 @@ fn texts(column: &ArrayRef) -> Result<Vec<String>> {
         .collect())
 }
 
-fn joinids(batch: &RecordBatch) -> Result<&[i64]> {
+/// The join ids of a batch of a data frame's rows.
+pub(super) fn joinids(batch: &RecordBatch) -> Result<&[i64]> {
     batch
         .column_by_name("soma_joinid")
         .and_then(|c| c.as_primitive_opt::<Int64Type>())

@@ -439,7 +439,9 @@ def build_sparse(uri: str, rng: random.Random, clock: Clock) -> str:
     vtype = rng.choice(ND_TYPES)
     n = rng.choice(ROWS)
     config, config_desc = sparse_config(rng, ndim, n)
-    tiledbsoma.SparseNDArray.create(uri, type=vtype, shape=start, platform_config=config, tiledb_timestamp=clock()).close()
+    tiledbsoma.SparseNDArray.create(
+        uri, type=vtype, shape=start, platform_config=config, tiledb_timestamp=clock()
+    ).close()
     cells = list(dict.fromkeys(tuple(rng.randrange(s) for s in shape) for _ in range(n)))
     rng.shuffle(cells)
     ops = []
@@ -486,7 +488,9 @@ def build_dense(uri: str, rng: random.Random, clock: Clock) -> str:
     start = [max(1, s // 2) for s in shape] if rng.random() < 0.3 else shape
     vtype = rng.choice(ND_TYPES)
     config, config_desc = dense_config(rng, shape)
-    tiledbsoma.DenseNDArray.create(uri, type=vtype, shape=start, platform_config=config, tiledb_timestamp=clock()).close()
+    tiledbsoma.DenseNDArray.create(
+        uri, type=vtype, shape=start, platform_config=config, tiledb_timestamp=clock()
+    ).close()
     ops = []
 
     def write(bound: list[int]):

@@ -45,7 +45,7 @@ def generated_group_names(node, by_relpath) -> set:
     """The names soma-mount adds to a group's directory (LAYOUT.md): metadata.json always;
     coordinate_space.json, transforms.json, image.json and level_<n>.png for spatial
     objects; 10x/ in a measurement under an experiment's ms; anndata/ in an experiment with
-    a measurement that has var and X."""
+    obs and ms."""
     names = set(GENERATED_GROUP_NAMES)
     md = somaref.expected_metadata(node)
     if "soma_coordinate_space" in md:
@@ -60,10 +60,8 @@ def generated_group_names(node, by_relpath) -> set:
         experiment = by_relpath.get(node.relpath[:-2])
         if experiment is not None and experiment.soma_type == "SOMAExperiment" and "obs" in experiment.members:
             names.add("10x")
-    if node.soma_type == "SOMAExperiment" and "ms" in node.members:
-        measurements = [m for rel, m in by_relpath.items() if rel[:-1] == node.relpath + ("ms",)]
-        if any(m.soma_type == "SOMAMeasurement" and {"var", "X"} <= set(m.members) for m in measurements):
-            names.add("anndata")
+    if node.soma_type == "SOMAExperiment" and {"obs", "ms"} <= set(node.members):
+        names.add("anndata")
     return names
 REQUIRED_ARRAY_NAMES = {"metadata.json", "schema.json"}
 

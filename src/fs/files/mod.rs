@@ -5,6 +5,7 @@
 //! listing that shows it ([`super::node`]).
 
 mod document;
+mod h5ad;
 mod npy;
 mod png;
 mod table;
@@ -20,6 +21,7 @@ use super::error::FsResult;
 use super::open_file::OpenFile;
 
 pub use document::{Document, SpatialDoc};
+pub use h5ad::H5adFile;
 pub use npy::NpyFile;
 pub use png::PngFile;
 pub use table::{Table, TableFile};
