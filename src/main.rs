@@ -367,7 +367,9 @@ fn open_store(cli: &Cli, uri: &str, metadata_ttl: Duration) -> Result<Store, Str
 /// which is detached and mounted over.
 fn prepare_mountpoint(mountpoint: &Path) -> Result<(), String> {
     if is_mounted(mountpoint) {
-        match std::fs::metadata(mountpoint) {
+        // Opening the directory asks the daemon behind it; a `stat` may be answered from
+        // attributes the kernel still holds for a second.
+        match std::fs::read_dir(mountpoint) {
             Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
                 warn!(
                     "{} holds a dead mount (its daemon was killed): detaching it",
