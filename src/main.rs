@@ -326,7 +326,7 @@ fn run(cli: Cli) -> ExitCode {
 fn mount(cli: &Cli) -> Result<(Arc<Tree>, fuser::BackgroundSession, Arc<AtomicBool>), String> {
     let stop = stop_on_signals()?;
     let uri = absolute_uri(&cli.uri);
-    let metadata_ttl = Duration::from_secs_f64(cli.metadata_ttl);
+    let metadata_ttl = metadata_ttl(cli);
     let store = open_store(cli, &uri, metadata_ttl)?;
     prepare_mountpoint(&cli.mountpoint)?;
     let config = fuse_config(cli, &uri)?;
@@ -338,6 +338,18 @@ fn mount(cli: &Cli) -> Result<(Arc<Tree>, fuser::BackgroundSession, Arc<AtomicBo
         .map_err(|e| format!("cannot mount on {}: {e}", cli.mountpoint.display()))?;
     info!("mounted {uri} on {}", cli.mountpoint.display());
     Ok((tree, session, stop))
+}
+
+/// How long listings and metadata are kept before the store is asked again: the TTL, or
+/// the life of the mount for a store shown as of a time already past, which cannot change.
+fn metadata_ttl(cli: &Cli) -> Duration {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    match cli.timestamp {
+        Some(ms) if u128::from(ms) <= now_ms => Duration::MAX,
+        _ => Duration::from_secs_f64(cli.metadata_ttl),
+    }
 }
 
 /// A flag that SIGINT and SIGTERM raise.

@@ -925,6 +925,21 @@ def test_timestamp_over_s3(s3, tmp_path, mount):
     td.fail_if(problems, "time travel over S3")
 
 
+@pytest.mark.timeout(180)
+def test_a_store_as_of_a_past_time_is_listed_once_for_the_life_of_the_mount(s3, soma_mount_bin):
+    """With --timestamp in the past nothing can change: listings and metadata are kept for
+    the life of the mount, whatever --metadata-ttl says. Without it, --metadata-ttl 0 asks
+    the store again at every look."""
+    past = str(int(time.time() * 1000))
+    for timestamp, again in [(["--timestamp", past], False), ([], True)]:
+        with s3_mount(s3, "pbmc", "--metadata-ttl", "0", *timestamp) as mp:
+            subprocess.run(["ls", "-R", mp], capture_output=True, timeout=120, check=True)
+            mark = s3.request_count()
+            subprocess.run(["ls", "-R", mp], capture_output=True, timeout=120, check=True)
+            requests = s3.request_count() - mark
+        assert (requests > 0) == again, f"{timestamp or 'no --timestamp'}: a second ls -R made {requests} requests"
+
+
 LIVE_SCHEMA = pa.schema([("soma_joinid", pa.int64()), ("name", pa.large_string()), ("value", pa.float64())])
 
 
