@@ -143,39 +143,11 @@ impl TenxLayer {
     pub fn entries(
         &self,
         barcodes: &[i64],
-        mut visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
+        visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
     ) -> Result<()> {
-        let mut selection = Selection::default();
-        if self.cells.is_some() {
-            // Only the category's cells: consecutive join ids as one range each.
-            let mut runs: Vec<(Value, Value)> = Vec::new();
-            let mut i = 0;
-            while i < barcodes.len() {
-                let start = barcodes[i];
-                while i + 1 < barcodes.len() && barcodes[i + 1] == barcodes[i] + 1 {
-                    i += 1;
-                }
-                runs.push((Value::Int(start), Value::Int(barcodes[i])));
-                i += 1;
-            }
-            if runs.is_empty() {
-                return Ok(());
-            }
-            selection.ranges = vec![runs];
-        }
-        let mut reader = BatchReader::open(&self.x, &selection, BATCH_BYTES)?;
-        while let Some(batch) = reader.next_batch()? {
-            let dim = |i: usize| {
-                batch
-                    .column(i)
-                    .as_primitive_opt::<Int64Type>()
-                    .map(|a| a.values().as_ref())
-                    .ok_or_else(|| Error::invalid("a layer without int64 dimensions"))
-            };
-            let (cells, features) = (dim(0)?, dim(1)?);
-            visit(cells, features, batch.column(2))?;
-        }
-        Ok(())
+        // A category reads only its cells' rows; the whole layer reads every row.
+        let rows = self.cells.is_some().then_some(barcodes);
+        super::anndata::read_cells(&self.x, rows, visit)
     }
 }
 
