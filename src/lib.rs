@@ -4,6 +4,7 @@
 //! object ([`soma`]) opened through libtiledb ([`tiledb`]), and its files are rendered by
 //! [`format`]. `src/main.rs` is the command line that mounts it.
 
+pub mod budget;
 pub mod digest;
 pub mod fault;
 pub mod format;

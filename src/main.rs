@@ -11,8 +11,13 @@ use clap::Parser;
 use fuser::{MountOption, SessionACL};
 use log::{error, info, warn};
 
-use soma_mount::fs::{ContentCache, DataOptions, SomaFs, Tree};
+use soma_mount::fs::{activity, ContentCache, DataOptions, SomaFs, Tree, STATUS_NAME};
 use soma_mount::soma::Store;
+
+/// How often the log (`-v`) shows the generations that have run longer than
+/// [`PROGRESS_AFTER`].
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+const PROGRESS_AFTER: Duration = Duration::from_secs(2);
 
 /// Set in the environment of the foreground process that `soma-mount` (without `-f`) starts.
 const DAEMON_ENV: &str = "SOMA_MOUNT_DAEMON";
@@ -63,6 +68,12 @@ struct Cli {
     /// changes to the store show after this long.
     #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
     metadata_ttl: f64,
+    /// The memory all readers hold at once, at most; more readers wait for memory.
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    max_memory: u64,
+    /// Files generated at once, at most; more wait their turn.
+    #[arg(long, default_value_t = soma_mount::budget::DEFAULT_GENERATIONS)]
+    max_generations: u64,
 }
 
 /// A size in bytes: a number with an optional K, M, G or T suffix (powers of 1024).
@@ -331,6 +342,7 @@ fn mount(cli: &Cli) -> Result<(Arc<Tree>, fuser::BackgroundSession, Arc<AtomicBo
     prepare_mountpoint(&cli.mountpoint)?;
     let config = fuse_config(cli, &uri)?;
     let data = data_options(cli, metadata_ttl)?;
+    soma_mount::budget::set_limits(cli.max_memory, cli.max_generations.max(1));
     let tree = Tree::new(store, &uri, data);
     let fs = SomaFs::new(tree.clone());
     let session = fuser::Session::new(fs, &cli.mountpoint, &config)
@@ -458,12 +470,17 @@ fn serve(cli: &Cli, tree: &Tree, session: fuser::BackgroundSession, stop: &Atomi
     // What identifies this daemon's mount: the device of its root. Whatever is mounted at
     // the path later (a new mount after an outside `umount`) has another.
     let own_device = mounted_device(&cli.mountpoint);
+    let mut progress_logged = Instant::now();
     let signalled = loop {
         if stop.load(Ordering::Relaxed) {
             break true;
         }
         if session.guard.is_finished() {
             break false; // unmounted from outside (`umount DIR`): the session loop has ended
+        }
+        if progress_logged.elapsed() >= PROGRESS_EVERY {
+            activity::log_long_running(PROGRESS_AFTER);
+            progress_logged = Instant::now();
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -586,7 +603,113 @@ fn warm_heap() {
     drop(std::hint::black_box(pieces));
 }
 
+/// `soma-mount status`: what the daemon behind a mount is doing now.
+#[derive(Parser, Debug)]
+#[command(name = "soma-mount status")]
+struct StatusCli {
+    /// Print the daemon's JSON as it is, rather than a summary.
+    #[arg(long)]
+    json: bool,
+    /// The mount point.
+    mountpoint: PathBuf,
+}
+
+/// Prints what the daemon behind a mount is doing: it reads the mount's status file.
+fn status(cli: StatusCli) -> ExitCode {
+    let path = cli.mountpoint.join(STATUS_NAME);
+    let text = match std::fs::read(&path) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!(
+                "soma-mount: {} is not a soma-mount mount ({}: {e})",
+                cli.mountpoint.display(),
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    if cli.json {
+        print!("{}", String::from_utf8_lossy(&text));
+        return ExitCode::SUCCESS;
+    }
+    match serde_json::from_slice(&text) {
+        Ok(status) => {
+            print!("{}", describe_status(&status));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("soma-mount: unreadable status in {}: {e}", path.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The status file's JSON, for people.
+fn describe_status(status: &serde_json::Value) -> String {
+    use activity::human_bytes;
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let mut text = format!(
+        "{} (daemon {}, up {:.0} s)\n",
+        status["uri"].as_str().unwrap_or("?"),
+        n(&status["pid"]),
+        status["uptime_seconds"].as_f64().unwrap_or(0.0)
+    );
+    let generations = &status["generations"];
+    let running = generations["running"].as_array().cloned().unwrap_or_default();
+    text += &format!(
+        "generating {} file(s) (at most {} at once), {} waiting for a turn\n",
+        running.len(),
+        n(&generations["limit"]),
+        n(&generations["waiting"])
+    );
+    for file in &running {
+        let mut line = format!(
+            "  {}: {} in {:.1} s ({}/s), {} rows",
+            file["path"].as_str().unwrap_or("?"),
+            human_bytes(n(&file["bytes"])),
+            file["seconds"].as_f64().unwrap_or(0.0),
+            human_bytes(file["bytes_per_second"].as_f64().unwrap_or(0.0) as u64),
+            n(&file["rows"])
+        );
+        if let Some(estimate) = file["estimated_bytes"].as_u64() {
+            line += &format!(", about {} in all", human_bytes(estimate));
+        }
+        if n(&file["readers"]) > 0 {
+            line += &format!(", {} reads waiting", n(&file["readers"]));
+        }
+        text += &line;
+        text += "\n";
+    }
+    let memory = &status["memory"];
+    text += &format!(
+        "memory: {} of {} in use (peak {}), {} reader(s) waiting for memory\n",
+        human_bytes(n(&memory["in_use_bytes"])),
+        human_bytes(n(&memory["budget_bytes"])),
+        human_bytes(n(&memory["peak_bytes"])),
+        n(&memory["waiting"])
+    );
+    text += &format!(
+        "inodes held: {}, open files: {}\n",
+        n(&status["inodes"]),
+        n(&status["open_handles"])
+    );
+    let cache = &status["cache"];
+    text += &format!(
+        "cache: {} of {} in {} file(s)\n",
+        human_bytes(n(&cache["bytes"])),
+        human_bytes(n(&cache["limit_bytes"])),
+        n(&cache["entries"])
+    );
+    text
+}
+
 fn main() -> ExitCode {
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|first| first == "status") {
+        let rest = std::env::args_os().skip(2);
+        let cli = StatusCli::parse_from(std::iter::once("soma-mount status".into()).chain(rest));
+        return status(cli);
+    }
     let cli = Cli::parse();
     if !cli.foreground {
         return daemonize();

@@ -1,12 +1,13 @@
 //! Locks that outlive a panic, panics turned into errors, work done once per key at a time,
-//! and the background work the daemon waits for before it exits.
+//! the background work the daemon waits for before it exits, and the pools of threads that
+//! work runs on.
 //!
 //! A thread that panics while holding a lock poisons it; every lock in soma-mount guards data
 //! that each use leaves consistent (one insert, one swap, one read), so a poisoned lock's
 //! data is taken as it is rather than failing every FUSE request after it.
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, LockResult, Mutex, PoisonError};
@@ -139,6 +140,102 @@ impl Drop for Task {
     }
 }
 
+/// A job for a [`Pool`].
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Threads that run the jobs handed to them: started when a job finds none idle, up to a
+/// bound (more jobs wait in order), ended after a while without work. Every job is
+/// background work ([`Background`]): none starts once the daemon is ending, and the daemon
+/// waits for those under way. A job that panics ends alone; its thread goes on.
+pub struct Pool {
+    name: &'static str,
+    most: usize,
+    background: Arc<Background>,
+    state: Mutex<PoolState>,
+    work: Condvar,
+}
+
+#[derive(Default)]
+struct PoolState {
+    queue: VecDeque<(Job, Task)>,
+    threads: usize,
+    idle: usize,
+}
+
+/// How long a pool's thread waits for work before it ends.
+const POOL_IDLE: Duration = Duration::from_secs(10);
+
+impl Pool {
+    pub fn new(name: &'static str, most: usize, background: Arc<Background>) -> Arc<Pool> {
+        Arc::new(Pool {
+            name,
+            most: most.max(1),
+            background,
+            state: Mutex::default(),
+            work: Condvar::new(),
+        })
+    }
+
+    /// Runs `job` on one of the pool's threads: false, and `job` dropped unrun, once the
+    /// daemon is ending.
+    pub fn run(self: &Arc<Self>, job: impl FnOnce() + Send + 'static) -> bool {
+        let Some(task) = self.background.begin() else {
+            return false;
+        };
+        let mut state = self.state.lock().recover();
+        state.queue.push_back((Box::new(job), task));
+        // Idle threads take queued jobs as they wake: a thread is started only for jobs
+        // that no idle thread will take.
+        if state.queue.len() <= state.idle {
+            drop(state);
+            self.work.notify_one();
+            return true;
+        }
+        if state.threads < self.most {
+            state.threads += 1;
+            drop(state);
+            let pool = self.clone();
+            let started = std::thread::Builder::new()
+                .name(self.name.into())
+                .spawn(move || pool.serve());
+            if started.is_err() {
+                // The jobs wait for a thread that is running, or for the next one started.
+                self.state.lock().recover().threads -= 1;
+            }
+        }
+        true
+    }
+
+    /// How many jobs wait for a thread.
+    pub fn queued(&self) -> usize {
+        self.state.lock().recover().queue.len()
+    }
+
+    /// A thread's life: jobs until none comes for [`POOL_IDLE`].
+    fn serve(&self) {
+        let mut state = self.state.lock().recover();
+        loop {
+            if let Some((job, task)) = state.queue.pop_front() {
+                drop(state);
+                if let Err(panic) = catch_panic(job) {
+                    log::error!("{}: {panic}", self.name);
+                }
+                drop(task);
+                state = self.state.lock().recover();
+                continue;
+            }
+            state.idle += 1;
+            let (next, waited) = self.work.wait_timeout(state, POOL_IDLE).recover();
+            state = next;
+            state.idle -= 1;
+            if waited.timed_out() && state.queue.is_empty() {
+                state.threads -= 1;
+                return;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,5 +301,34 @@ mod tests {
         assert!(!background.wait(Duration::from_millis(50)));
         drop(task);
         assert!(background.wait(Duration::from_millis(50)));
+    }
+
+    #[test]
+    fn a_pool_runs_jobs_on_at_most_its_threads_and_past_a_panic() {
+        let background = Arc::new(Background::default());
+        let pool = Pool::new("test-pool", 2, background.clone());
+        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (tx, rx) = std::sync::mpsc::channel();
+        assert!(pool.run(|| panic!("a bug in one job")));
+        for i in 0..6 {
+            let (running, most, tx) = (running.clone(), most.clone(), tx.clone());
+            assert!(pool.run(move || {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(50));
+                running.fetch_sub(1, Ordering::SeqCst);
+                tx.send(i).unwrap();
+            }));
+        }
+        let mut done: Vec<i32> = (0..6)
+            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        done.sort();
+        assert_eq!(done, (0..6).collect::<Vec<_>>());
+        assert_eq!(most.load(Ordering::SeqCst), 2);
+        background.stop();
+        assert!(background.wait(Duration::from_secs(10)));
+        assert!(!pool.run(|| ()), "no job starts once the daemon is ending");
     }
 }

@@ -111,6 +111,13 @@ impl ContentCache {
         self.dir.join(format!("{}{SUFFIX}", key.0))
     }
 
+    /// The entries' bytes in all, the limit, and how many entries there are.
+    pub fn usage(&self) -> (u64, u64, usize) {
+        let entries = self.entries.lock().recover();
+        let bytes = entries.values().map(|e| e.size).sum();
+        (bytes, self.limit_bytes, entries.len())
+    }
+
     /// The size of the entry for `key`, if there is one.
     pub fn size(&self, key: &CacheKey) -> Option<u64> {
         let entries = self.entries.lock().recover();

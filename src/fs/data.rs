@@ -12,6 +12,7 @@ use log::debug;
 use crate::digest::Digest;
 use crate::soma::ArrayObject;
 
+use super::activity::{self, Progress};
 use super::cache::{CacheKey, ContentCache};
 use super::error::{FsError, FsResult};
 use super::open_file::OpenFile;
@@ -57,7 +58,7 @@ pub fn generate_whole(
     generate: impl FnOnce(&mut (dyn io::Write + Send)) -> io::Result<()>,
 ) -> FsResult<()> {
     generate_into(cache, key, what, |file, _| {
-        let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, file);
+        let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, CountingFile(file));
         generate(&mut out)?;
         io::Write::flush(&mut out)
     })
@@ -74,8 +75,24 @@ pub fn generate_whole_at(
     generate_into(cache, key, what, |_, path| generate(path))
 }
 
+/// A cache file being written, whose bytes count as the generation's progress.
+struct CountingFile<'a>(&'a File);
+
+impl io::Write for CountingFile<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let written = (&mut &*self.0).write(buf)?;
+        activity::count_bytes(written as u64);
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        (&mut &*self.0).flush()
+    }
+}
+
 /// Generates the cache entry for `key` whole into its temporary file (given open, and by
-/// path), unless there is one.
+/// path), unless there is one. It waits for a generation slot first, and is shown by
+/// `soma-mount status` while it runs.
 fn generate_into(
     cache: &ContentCache,
     key: &CacheKey,
@@ -90,9 +107,11 @@ fn generate_into(
         if cache.size(key).is_some() {
             return Ok(());
         }
+        let _slot = crate::budget::generations().take(1);
+        let progress = Progress::begin();
         let started = std::time::Instant::now();
         let (pending, file) = cache.begin(key).map_err(|e| FsError::io(what, e))?;
-        let written = crate::sync::catch_panic(|| generate(&file, pending.path()))
+        let written = crate::sync::catch_panic(|| progress.run(|| generate(&file, pending.path())))
             .unwrap_or_else(|panic| Err(io::Error::other(panic)));
         // A generation that failed leaves nothing: `pending` removes its file when dropped.
         written.map_err(|e| FsError::io(what, e))?;

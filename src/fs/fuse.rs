@@ -4,8 +4,10 @@
 //! answer. What it owns is the kernel's side of FUSE passthrough: which open files the kernel
 //! reads itself, through which backing file.
 //!
-//! A panic inside the tree (a bug) fails its one request with `EIO`, never the thread that
-//! serves everyone: an unanswered reply answers `EIO` when it is dropped.
+//! Every answer goes through a callback, which the tree calls at once or from another
+//! thread: the threads that take requests from the kernel never wait for the store or a
+//! generation. A panic inside the tree (a bug) fails its one request with `EIO`, never the
+//! thread that serves everyone: an unanswered reply answers `EIO` when it is dropped.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -26,7 +28,7 @@ use log::debug;
 use crate::sync::{catch_panic, Recover};
 
 use super::error::{FsError, FsResult};
-use super::tree::{Attr, Tree};
+use super::tree::{Attr, Opened, Tree};
 
 /// How long the kernel may keep entries and attributes before asking again.
 const TTL: Duration = Duration::from_secs(1);
@@ -38,7 +40,7 @@ pub struct SomaFs {
     /// Whether the kernel reads cached files itself (FUSE passthrough, Linux 6.9 and later).
     passthrough: bool,
     /// The files the kernel reads through passthrough.
-    backing: Mutex<Backing>,
+    backing: Arc<Mutex<Backing>>,
 }
 
 /// Backing files of passthrough opens. The kernel wants one backing file per inode for as
@@ -63,9 +65,12 @@ impl SomaFs {
                 gid,
             },
             passthrough: false,
-            backing: Mutex::new(Backing::default()),
+            backing: Arc::default(),
         }
     }
+}
+
+impl Backing {
 
     /// Replies to an open through passthrough when it can, and gives the reply back when it
     /// cannot. The kernel then reads the file itself: no request per block, and `mmap` maps
@@ -73,21 +78,18 @@ impl SomaFs {
     /// again (the kernel refuses other opens), with the same backing file: its content is the
     /// same whatever this open found in the cache.
     fn open_passthrough(
-        &self,
+        &mut self,
+        tree: &Tree,
         ino: u64,
         fh: u64,
         cache_file: Option<&std::fs::File>,
         reply: ReplyOpen,
     ) -> Result<(), ReplyOpen> {
-        if !self.passthrough {
-            return Err(reply);
-        }
-        let mut backing = self.backing.lock().recover();
-        match backing.inodes.entry(ino) {
+        match self.inodes.entry(ino) {
             Entry::Occupied(_) => {
                 if cache_file.is_none() {
                     // This open made a stream the kernel will not read: stop it now.
-                    self.tree.release(fh);
+                    tree.release(fh);
                 }
             }
             Entry::Vacant(slot) => {
@@ -105,8 +107,8 @@ impl SomaFs {
                 }
             }
         }
-        backing.handles.insert(fh, ino);
-        let (id, handles) = backing
+        self.handles.insert(fh, ino);
+        let (id, handles) = self
             .inodes
             .get_mut(&ino)
             .expect("present or inserted above");
@@ -226,20 +228,37 @@ impl Filesystem for SomaFs {
         if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             return reply.error(Errno::EROFS);
         }
-        let opened = match guarded(|| self.tree.open(ino.0)) {
-            Ok(opened) => opened,
-            Err(e) => return reply.error(errno(&e)),
-        };
-        let fh = opened.fh;
-        let reply = match self.open_passthrough(ino.0, fh, opened.cache_file.as_ref(), reply) {
-            Ok(()) => return,
-            Err(reply) => reply,
-        };
-        if opened.direct_io {
-            reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
-        } else {
-            reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
-        }
+        let (tree, backing, passthrough) = (self.tree.clone(), self.backing.clone(), self.passthrough);
+        let answer = Box::new(move |opened: FsResult<Opened>| {
+            let opened = match opened {
+                Ok(opened) => opened,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            let fh = opened.fh;
+            let reply = if passthrough {
+                let mut backing = backing.lock().recover();
+                let cache_file = opened.cache_file.as_ref();
+                match backing.open_passthrough(&tree, ino.0, fh, cache_file, reply) {
+                    Ok(()) => return,
+                    Err(reply) => reply,
+                }
+            } else {
+                reply
+            };
+            if opened.direct_io {
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
+            } else {
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
+            }
+        });
+        let _ = guarded(|| {
+            self.tree.open(ino.0, answer);
+            Ok(())
+        });
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.tree.forget(ino.0, nlookup);
     }
 
     fn release(
@@ -277,10 +296,14 @@ impl Filesystem for SomaFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match guarded(|| self.tree.read(fh.0, offset, size)) {
+        let answer = Box::new(move |bytes: std::io::Result<Vec<u8>>| match bytes {
             Ok(bytes) => reply.data(&bytes),
-            Err(e) => reply.error(errno(&e)),
-        }
+            Err(e) => reply.error(errno(&FsError::io("read failed", e))),
+        });
+        let _ = guarded(|| {
+            self.tree.read(fh.0, offset, size, answer);
+            Ok(())
+        });
     }
 
     fn readdir(
@@ -291,27 +314,33 @@ impl Filesystem for SomaFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let entries = match guarded(|| self.tree.readdir(ino.0)) {
-            Ok(entries) => entries,
-            Err(e) => return reply.error(errno(&e)),
-        };
-        let dots = [
-            (ino.0, true, ".".to_owned()),
-            (ino.0, true, "..".to_owned()),
-        ];
-        let all = dots.into_iter().chain(entries);
-        for (i, (child, is_dir, name)) in all.enumerate().skip(offset as usize) {
-            let kind = if is_dir {
-                FileType::Directory
-            } else {
-                FileType::RegularFile
+        let answer = Box::new(move |entries: FsResult<Vec<(u64, bool, String)>>| {
+            let entries = match entries {
+                Ok(entries) => entries,
+                Err(e) => return reply.error(errno(&e)),
             };
-            // The offset given with an entry is where the next readdir starts.
-            if reply.add(INodeNo(child), (i + 1) as u64, kind, &name) {
-                break;
+            let dots = [
+                (ino.0, true, ".".to_owned()),
+                (ino.0, true, "..".to_owned()),
+            ];
+            let all = dots.into_iter().chain(entries);
+            for (i, (child, is_dir, name)) in all.enumerate().skip(offset as usize) {
+                let kind = if is_dir {
+                    FileType::Directory
+                } else {
+                    FileType::RegularFile
+                };
+                // The offset given with an entry is where the next readdir starts.
+                if reply.add(INodeNo(child), (i + 1) as u64, kind, &name) {
+                    break;
+                }
             }
-        }
-        reply.ok();
+            reply.ok();
+        });
+        let _ = guarded(|| {
+            self.tree.readdir(ino.0, answer);
+            Ok(())
+        });
     }
 
     fn flush(

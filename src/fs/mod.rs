@@ -4,6 +4,7 @@
 //! requests into calls on the tree.
 
 pub mod cache;
+pub mod activity;
 mod data;
 pub mod error;
 mod files;
@@ -19,5 +20,6 @@ mod tests;
 
 pub use cache::ContentCache;
 pub use data::DataOptions;
+pub use files::STATUS_NAME;
 pub use fuse::SomaFs;
 pub use tree::Tree;

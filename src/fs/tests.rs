@@ -215,30 +215,55 @@ fn mount() -> Mounted {
     mount_with(store(), Duration::from_secs(60))
 }
 
+/// Waits up to ten seconds for what a callback of the tree is given.
+fn answered<T: Send + 'static>(ask: impl FnOnce(Box<dyn FnOnce(T) + Send>)) -> T {
+    let (tx, rx) = mpsc::channel();
+    ask(Box::new(move |answer| tx.send(answer).unwrap()));
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("the tree never answered")
+}
+
+/// Waits up to ten seconds for `condition`.
+fn eventually(condition: impl Fn() -> bool) -> bool {
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(10) {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
 impl Mounted {
+    fn readdir(&self, ino: Ino) -> Result<Vec<(Ino, bool, String)>, FsError> {
+        answered(|answer| self.tree.readdir(ino, answer))
+    }
+
     fn names(&self, ino: Ino) -> Vec<String> {
-        let entries = self.tree.readdir(ino).unwrap();
+        let entries = self.readdir(ino).unwrap();
         entries.into_iter().map(|(_, _, name)| name).collect()
+    }
+
+    fn open(&self, ino: Ino) -> Result<super::tree::Opened, FsError> {
+        answered(|answer| self.tree.open(ino, answer))
     }
 
     /// `stat` of a path from the root, as the kernel asks: a lookup per name.
     fn stat(&self, path: &str) -> Result<Attr, FsError> {
         let mut attr = self.tree.attr(ROOT)?;
         for name in path.split('/').filter(|n| !n.is_empty()) {
-            let (tx, rx) = mpsc::channel();
-            self.tree
-                .lookup(attr.ino, name, Box::new(move |a| tx.send(a).unwrap()));
-            attr = rx.recv_timeout(Duration::from_secs(10)).unwrap()?;
+            attr = answered(|answer| self.tree.lookup(attr.ino, name, answer))?;
         }
         Ok(attr)
     }
 
     fn read(&self, path: &str) -> Result<Vec<u8>, FsError> {
         let attr = self.stat(path)?;
-        let opened = self.tree.open(attr.ino)?;
-        let bytes = self.tree.read(opened.fh, 0, 1 << 20);
+        let opened = self.open(attr.ino)?;
+        let bytes = answered(|answer| self.tree.read(opened.fh, 0, 1 << 20, answer));
         self.tree.release(opened.fh);
-        bytes
+        bytes.map_err(|e| FsError::io("read", e))
     }
 }
 
@@ -350,8 +375,8 @@ fn files_and_directories_are_not_confused() {
     let m = mount();
     let obs = m.stat("obs").unwrap();
     let schema = m.stat("obs/schema.json").unwrap();
-    assert_eq!(m.tree.readdir(schema.ino), Err(FsError::NotADirectory));
-    assert!(matches!(m.tree.open(obs.ino), Err(FsError::IsADirectory)));
+    assert_eq!(m.readdir(schema.ino), Err(FsError::NotADirectory));
+    assert!(matches!(m.open(obs.ino), Err(FsError::IsADirectory)));
 }
 
 #[test]
@@ -402,4 +427,72 @@ fn a_refresh_that_fails_keeps_the_last_listing() {
     store.fail("mem://exp/obs", "the store does not answer");
     std::thread::sleep(Duration::from_millis(150));
     assert_eq!(m.names(m.stat("obs").unwrap().ino), before);
+}
+
+#[test]
+fn the_kernel_forgetting_an_inode_lets_go_of_it_and_of_what_it_listed() {
+    let m = mount();
+    // The root listed: what stays whatever happens to obs.
+    m.stat("gone").unwrap();
+    let before = (m.tree.inodes(), m.tree.nodes());
+    let slices: Vec<Ino> = (0..50)
+        .map(|i| m.stat(&format!("obs/slices/{i}-{i}.csv")).unwrap().ino)
+        .collect();
+    let obs = m.stat("obs").unwrap().ino;
+    let slices_dir = m.stat("obs/slices").unwrap().ino;
+    assert_eq!(
+        m.tree.inodes(),
+        before.0 + 52,
+        "every looked-up inode is held"
+    );
+    // One lookup of obs each time it was walked through: 50 slices, 1 + 1 more.
+    for ino in slices {
+        m.tree.forget(ino, 1);
+    }
+    m.tree.forget(slices_dir, 51);
+    assert_eq!(m.tree.inodes(), before.0 + 1, "obs is still held");
+    m.tree.forget(obs, 52);
+    assert_eq!(m.tree.inodes(), before.0);
+    // (A request thread may still hold what it answered about for a moment.)
+    assert!(
+        eventually(|| m.tree.nodes() == before.1),
+        "obs's listing and the slices found by name are gone with it: {} nodes, {} before",
+        m.tree.nodes(),
+        before.1
+    );
+    assert!(matches!(m.tree.attr(obs), Err(FsError::NotFound)));
+    // Looked up again, obs is listed again.
+    assert_eq!(m.names(m.stat("obs").unwrap().ino).len(), 8);
+    m.tree.forget(ROOT, 1000);
+    assert!(m.tree.attr(ROOT).is_ok(), "the root is never forgotten");
+}
+
+#[test]
+fn the_status_file_is_found_by_name_at_the_root_and_never_listed() {
+    let m = mount();
+    assert!(!m.names(ROOT).iter().any(|n| n.starts_with('.')));
+    let attr = m.stat(".soma-mount.status").unwrap();
+    assert!(!attr.size_known, "made at each open: read with direct I/O");
+    let status: serde_json::Value =
+        serde_json::from_slice(&m.read(".soma-mount.status").unwrap()).unwrap();
+    assert_eq!(status["uri"], "mem://exp");
+    assert!(status["inodes"].as_u64().unwrap() >= 1);
+    assert!(status["memory"]["budget_bytes"].as_u64().unwrap() > 0);
+    assert!(status["generations"]["running"].is_array());
+    assert_eq!(m.stat("obs/.soma-mount.status"), Err(FsError::NotFound));
+}
+
+#[test]
+fn listing_a_directory_opens_its_members_ahead_and_a_look_by_name_does_not() {
+    let m = mount();
+    m.stat("obs/schema.json").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(m.store.opens("mem://exp/ms"), 0, "a look by name opens what it names");
+    m.names(ROOT);
+    assert!(
+        eventually(|| m.store.opens("mem://exp/ms") == 1
+            && m.store.opens("mem://exp/clash") == 1),
+        "ls opens the members ahead, once"
+    );
+    assert_eq!(m.store.opens("mem://exp/obs"), 1, "obs was open already");
 }

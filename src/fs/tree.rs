@@ -1,68 +1,98 @@
-//! The inode table: every directory and file soma-mount has shown, and the operations on
-//! them. What a directory lists and what a file holds is decided in [`super::node`]; data
-//! files are opened by [`super::data`].
+//! The inode table: the directories and files the kernel holds, and the operations on them.
+//! What a directory lists and what a file holds is decided in [`super::node`]; data files
+//! are opened by [`super::data`].
 //!
 //! Directories are filled on first look: opening the object behind a directory reads its
-//! metadata and structure (never array data), and every entry gets an inode then. A slice
-//! opened by a name that is not listed gets an inode on that lookup. Inodes live as long as
-//! the mount; the tree is as big as the part of the store that was looked at.
+//! metadata and structure (never array data), and every entry gets a node, with its inode
+//! number, then. The kernel counts the inodes it was given by lookups and tells when it
+//! forgets them (`forget`): a forgotten inode leaves the table, and a forgotten directory
+//! lets go of its listing, so what the daemon holds follows what the kernel holds, not
+//! everything ever looked at. An entry keeps its inode number as long as its directory's
+//! listing lives.
 //!
-//! A look into a group is usually followed by looks into its members, so a group's listing
-//! starts opening its member objects, several at a time, on threads of their own: the look
-//! itself answers at once, and `ls -R` of a remote store pays its round trips in parallel
-//! rather than one after another. Those threads, and those generating files while they are
-//! read, are background work ([`Background`]) that the daemon stops and waits for before it
-//! exits ([`Tree::stop_background_work`]).
+//! No request waits in the thread that took it from the kernel. A look that needs a listing
+//! not made yet, an open (which may generate a file whole), a `stat` that waits for a size,
+//! and a read from the store run on the request pool; a read of a file being generated is
+//! answered by its generator. Listing a directory (`ls`) also starts opening its member
+//! objects ahead, on a pool of their own, so `ls -R` of a remote store pays its round trips
+//! several at a time; a look by name (`cat a/b/c`) opens only what it names. All of this is
+//! background work ([`Background`]) that the daemon stops and waits for before it exits
+//! ([`Tree::stop_background_work`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use log::warn;
 
 use crate::soma::Objects;
-use crate::sync::{Background, Recover};
+use crate::sync::{Background, Pool, Recover};
 
+use super::activity;
 use super::data::DataOptions;
 use super::error::{FsError, FsResult};
-use super::files::{FileContext, FileKind};
+use super::files::{FileContext, FileKind, StatusFile, TreeCounts, STATUS_NAME};
 use super::node::{self, NodeKind};
-use super::open_file::{OpenFile, Outcome, Stream};
+use super::open_file::{OpenFile, Outcome, ReadAnswer, Stream};
 
 pub type Ino = u64;
 pub const ROOT: Ino = 1;
 
+/// Requests that may wait on the store or a generation, at most this many at once (more
+/// wait their turn; the FUSE threads never do).
+const REQUEST_THREADS: usize = 64;
+/// Member objects opened ahead of looks into them, at most this many at once.
+const AHEAD_THREADS: usize = 8;
+
 /// A directory's entries, made on first look.
 struct Listing {
-    entries: Vec<(String, Ino)>,
-    by_name: HashMap<String, Ino>,
+    entries: Vec<(String, Arc<Node>)>,
+    by_name: HashMap<String, usize>,
     /// What the listing was made from (an object directory's object); equal fingerprints
     /// mean equal listings. `None` for an object that could not be opened.
     fingerprint: Option<String>,
     made: Instant,
+    /// Whether its member objects have been opened ahead (see [`Tree::open_members_ahead`]).
+    members_ahead: AtomicBool,
 }
 
 impl Listing {
-    /// The same entries and inodes, counted as made now: kept for another metadata TTL.
+    /// The same entries and nodes, counted as made now: kept for another metadata TTL.
     fn renewed(&self) -> Arc<Listing> {
         Arc::new(Listing {
             entries: self.entries.clone(),
             by_name: self.by_name.clone(),
             fingerprint: self.fingerprint.clone(),
             made: Instant::now(),
+            members_ahead: AtomicBool::new(self.members_ahead.load(Ordering::Relaxed)),
         })
+    }
+
+    fn get(&self, name: &str) -> Option<&Arc<Node>> {
+        self.by_name.get(name).map(|&i| &self.entries[i].1)
     }
 }
 
 struct Node {
+    ino: Ino,
+    /// Where it is, from the mount's root (for `soma-mount status` and log lines).
+    path: String,
     kind: NodeKind,
     listing: RwLock<Option<Arc<Listing>>>,
     /// Held while the listing is made: looks that need it meanwhile wait for it rather than
     /// make another one (with other inodes, and on S3 the same requests again).
     making: Mutex<()>,
-    /// Entries found by lookup that the listing does not show (slices opened by name).
-    found: Mutex<HashMap<String, Ino>>,
+    /// Entries found by lookup that the listing does not show (slices opened by name):
+    /// held by the inode table while the kernel holds them.
+    found: Mutex<HashMap<String, Weak<Node>>>,
+    counts: Arc<TreeCounts>,
+}
+
+/// An inode the kernel holds, and how many lookups gave it to the kernel.
+struct Known {
+    node: Arc<Node>,
+    lookups: u64,
 }
 
 /// What `stat` shows of an inode.
@@ -80,6 +110,12 @@ pub struct Attr {
 /// generated (see [`Tree::stat`]).
 pub type AttrAnswer = Box<dyn FnOnce(FsResult<Attr>) + Send>;
 
+/// Where a directory's entries go: inode, whether a directory, name.
+pub type EntriesAnswer = Box<dyn FnOnce(FsResult<Vec<(Ino, bool, String)>>) + Send>;
+
+/// Where an open's answer goes.
+pub type OpenAnswer = Box<dyn FnOnce(FsResult<Opened>) + Send>;
+
 /// An open file handle's answer: its number, and whether it must be read with direct I/O
 /// (its size is not known yet).
 pub struct Opened {
@@ -92,30 +128,53 @@ pub struct Opened {
 
 /// The mounted tree.
 pub struct Tree {
-    /// The tree itself, for the threads that open members ahead.
+    /// The tree itself, for work that runs on other threads.
     me: Weak<Tree>,
     background: Arc<Background>,
     store: Box<dyn Objects>,
     /// What files are generated with.
     files: FileContext,
-    nodes: RwLock<Vec<Arc<Node>>>,
+    /// The inodes the kernel holds, and the root.
+    inodes: RwLock<HashMap<Ino, Known>>,
+    next_ino: AtomicU64,
+    /// `.soma-mount.status`, found by name at the root.
+    status: Arc<Node>,
+    counts: Arc<TreeCounts>,
     open_files: Mutex<HashMap<u64, Arc<OpenFile>>>,
     /// Open handles of files generated while they are read, by inode: a `stat` waits for
     /// the generation such a handle reads while the handle is open (the last one opened).
     streams: Mutex<HashMap<Ino, Weak<OpenFile>>>,
     next_fh: AtomicU64,
+    /// Requests that may wait on the store or on a generation.
+    requests: Arc<Pool>,
+    /// Member objects opened ahead of looks into them.
+    ahead: Arc<Pool>,
 }
 
 impl Tree {
     /// A tree whose root is the object at `root_uri`.
     pub fn new(store: impl Objects + 'static, root_uri: &str, data: DataOptions) -> Arc<Tree> {
-        let root = Node::new(NodeKind::Object {
-            uri: root_uri.to_owned(),
-            recorded: None,
-            obs: None,
-            ancestors: Arc::new([]),
-        });
+        let counts = Arc::new(TreeCounts::default());
+        let root = Node::new(
+            ROOT,
+            String::new(),
+            NodeKind::Object {
+                uri: root_uri.to_owned(),
+                recorded: None,
+                obs: None,
+                ancestors: Arc::new([]),
+            },
+            &counts,
+        );
+        let status = Node::new(
+            ROOT + 1,
+            STATUS_NAME.to_owned(),
+            NodeKind::File(Arc::new(StatusFile::new(root_uri, counts.clone()))),
+            &counts,
+        );
         let background = Arc::new(Background::default());
+        let inodes = HashMap::from([(ROOT, Known::new(root))]);
+        counts.inodes.store(inodes.len(), Ordering::Relaxed);
         Arc::new_cyclic(|me| Tree {
             me: me.clone(),
             background: background.clone(),
@@ -124,12 +183,21 @@ impl Tree {
                 options: data,
                 background: background.clone(),
             },
-            // Inode numbers start at 1 (`ROOT`): slot 0 is never handed out.
-            nodes: RwLock::new(vec![root.clone(), root]),
+            inodes: RwLock::new(inodes),
+            next_ino: AtomicU64::new(ROOT + 2),
+            status,
+            counts,
             open_files: Mutex::new(HashMap::new()),
             streams: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            requests: Pool::new("soma-request", REQUEST_THREADS, background.clone()),
+            ahead: Pool::new("soma-open-ahead", AHEAD_THREADS, background),
         })
+    }
+
+    /// Whether the daemon is ending.
+    pub fn stopped(&self) -> bool {
+        self.background.stopped()
     }
 
     /// Ends the background work: refuses new work, lets member opens under way skip the
@@ -144,79 +212,151 @@ impl Tree {
         self.background.wait(limit)
     }
 
-    fn node(&self, ino: Ino) -> FsResult<Arc<Node>> {
-        let nodes = self.nodes.read().recover();
-        match usize::try_from(ino).ok().filter(|&i| i >= 1) {
-            Some(i) => nodes.get(i).cloned().ok_or(FsError::NotFound),
-            None => Err(FsError::NotFound),
+    /// The tree itself, to move into work done elsewhere. `None` only while it is dropped.
+    fn me(&self) -> Option<Arc<Tree>> {
+        self.me.upgrade()
+    }
+
+    /// Runs `work` on the request pool; answers `failed` instead once the daemon is ending.
+    fn on_request_pool(
+        &self,
+        work: impl FnOnce(&Arc<Tree>) + Send + 'static,
+        failed: impl FnOnce(FsError),
+    ) {
+        let Some(tree) = self.me() else {
+            return failed(FsError::io("the daemon", "is ending"));
+        };
+        // `run` gives the job back unrun only by dropping it: the answer is in it, so it
+        // is answered here instead.
+        let queued = Arc::new(Mutex::new(Some(work)));
+        let job = queued.clone();
+        let ran = self.requests.run(move || {
+            if let Some(work) = job.lock().recover().take() {
+                work(&tree);
+            }
+        });
+        if !ran && queued.lock().recover().take().is_some() {
+            failed(FsError::io("the daemon", "is ending"));
         }
     }
 
-    fn add_node(&self, kind: NodeKind) -> Ino {
-        let mut nodes = self.nodes.write().recover();
-        nodes.push(Node::new(kind));
-        (nodes.len() - 1) as Ino
+    fn node(&self, ino: Ino) -> FsResult<Arc<Node>> {
+        if ino == self.status.ino {
+            return Ok(self.status.clone());
+        }
+        let inodes = self.inodes.read().recover();
+        inodes
+            .get(&ino)
+            .map(|known| known.node.clone())
+            .ok_or(FsError::NotFound)
     }
 
-    /// What `stat` shows of an inode as things are: a data file not generated yet shows
-    /// size 0, its size not known.
-    pub fn attr(&self, ino: Ino) -> FsResult<Attr> {
-        let node = self.node(ino)?;
+    /// A lookup gave `node` to the kernel: it holds it until it forgets it.
+    fn remember(&self, node: &Arc<Node>) {
+        let mut inodes = self.inodes.write().recover();
+        inodes
+            .entry(node.ino)
+            .or_insert_with(|| Known::new(node.clone()))
+            .lookups += 1;
+        self.counts.inodes.store(inodes.len(), Ordering::Relaxed);
+    }
+
+    /// The kernel forgets `lookups` of its lookups of `ino`. Once it holds none, the inode
+    /// leaves the table, and a directory lets go of its entries (they are made again if it
+    /// is looked at again).
+    pub fn forget(&self, ino: Ino, lookups: u64) {
+        if ino == ROOT || ino == self.status.ino {
+            return;
+        }
+        let mut inodes = self.inodes.write().recover();
+        let Some(known) = inodes.get_mut(&ino) else {
+            return;
+        };
+        known.lookups = known.lookups.saturating_sub(lookups);
+        if known.lookups > 0 {
+            return;
+        }
+        let forgotten = inodes.remove(&ino);
+        self.counts.inodes.store(inodes.len(), Ordering::Relaxed);
+        drop(inodes);
+        if let Some(known) = forgotten {
+            *known.node.listing.write().recover() = None;
+            known.node.found.lock().recover().clear();
+        }
+    }
+
+    /// How many inodes the kernel holds (and the root).
+    pub fn inodes(&self) -> usize {
+        self.inodes.read().recover().len()
+    }
+
+    fn attr_of(&self, node: &Node) -> FsResult<Attr> {
         let size = match &node.kind {
             NodeKind::File(file) => file.size(&self.files)?,
             _ => Some(0),
         };
         Ok(Attr {
-            ino,
+            ino: node.ino,
             is_dir: node.kind.is_dir(),
             size: size.unwrap_or(0),
             size_known: size.is_some(),
         })
     }
 
+    /// What `stat` shows of an inode as things are: a data file not generated yet shows
+    /// size 0, its size not known.
+    pub fn attr(&self, ino: Ino) -> FsResult<Attr> {
+        self.attr_of(&*self.node(ino)?)
+    }
+
     /// Answers a `stat` of an inode. A data file whose size is not known yet is answered
     /// once it is, when it is being generated for a reader (the size-trusting readers,
     /// DuckDB and polars, open a file and then `fstat` it), or when a `stat` generates it
     /// ([`FileKind::generated_on_stat`]: `fread`, `tar` and `rsync` take sizes from `stat`
-    /// before they open); otherwise at once, with size 0. Nothing waits in the FUSE
-    /// request's thread.
+    /// before they open); otherwise at once, with size 0.
     pub fn stat(&self, ino: Ino, answer: AttrAnswer) {
-        let attr = match self.attr(ino) {
+        match self.node(ino) {
+            Ok(node) => self.stat_node(node, answer),
+            Err(e) => answer(Err(e)),
+        }
+    }
+
+    fn stat_node(&self, node: Arc<Node>, answer: AttrAnswer) {
+        let attr = match self.attr_of(&node) {
             Ok(attr) if !attr.size_known => attr,
             known_or_failed => return answer(known_or_failed),
         };
-        let Some(tree) = self.me.upgrade() else {
-            return answer(Ok(attr));
-        };
-        if let Some(stream) = self.stream_of(ino) {
+        if let Some(stream) = self.stream_of(node.ino) {
+            let Some(tree) = self.me() else {
+                return answer(Ok(attr));
+            };
             return stream.when_finished(move |outcome| match outcome {
                 Outcome::Failed(e) => answer(Err(FsError::Io(e.clone()))),
-                Outcome::Done(_) | Outcome::Stopped => answer(tree.attr(ino)),
+                Outcome::Done(_) | Outcome::Stopped => answer(tree.attr_of(&node)),
             });
         }
-        let Some(file) = self.generation_on_stat(ino) else {
-            return answer(Ok(attr));
-        };
-        let Some(task) = self.background.begin() else {
-            return answer(Ok(attr));
+        let file = match &node.kind {
+            NodeKind::File(file) if file.generated_on_stat(&self.files) => file.clone(),
+            _ => return answer(Ok(attr)),
         };
         let answer = Arc::new(Mutex::new(Some(answer)));
         let answer_here = answer.clone();
-        let spawned = std::thread::Builder::new()
-            .name("soma-generate".into())
-            .spawn(move || {
-                let generated = crate::sync::catch_panic(|| file.generate(&tree.files))
-                    .unwrap_or_else(|panic| Err(FsError::io("generating on stat", panic)));
+        self.on_request_pool(
+            move |tree| {
+                let generated = crate::sync::catch_panic(|| {
+                    activity::named(&node.path, || file.generate(&tree.files))
+                })
+                .unwrap_or_else(|panic| Err(FsError::io("generating on stat", panic)));
                 if let Some(answer) = answer.lock().recover().take() {
-                    answer(generated.and_then(|()| tree.attr(ino)));
+                    answer(generated.and_then(|()| tree.attr_of(&node)));
                 }
-                drop(task);
-            });
-        if spawned.is_err() {
-            if let Some(answer) = answer_here.lock().recover().take() {
-                answer(Ok(attr));
-            }
-        }
+            },
+            move |_| {
+                if let Some(answer) = answer_here.lock().recover().take() {
+                    answer(Ok(attr));
+                }
+            },
+        );
     }
 
     /// The stream generating an inode's content for a handle that is open.
@@ -232,67 +372,114 @@ impl Tree {
         }
     }
 
-    /// The file an inode stands for when a `stat` of it generates it.
-    fn generation_on_stat(&self, ino: Ino) -> Option<Arc<dyn FileKind>> {
-        match &self.node(ino).ok()?.kind {
-            NodeKind::File(file) if file.generated_on_stat(&self.files) => Some(file.clone()),
-            _ => None,
-        }
-    }
-
     /// Looks up a name in a directory and answers as [`Self::stat`] does.
     pub fn lookup(&self, parent: Ino, name: &str, answer: AttrAnswer) {
-        match self.find(parent, name) {
-            Ok(ino) => self.stat(ino, answer),
-            Err(e) => answer(Err(e)),
-        }
+        let parent = match self.node(parent) {
+            Ok(parent) => parent,
+            Err(e) => return answer(Err(e)),
+        };
+        let name = name.to_owned();
+        self.with_listing(parent.clone(), move |tree, listing| {
+            let child = listing.and_then(|listing| tree.child(&parent, &listing, &name));
+            match child {
+                Ok(child) => {
+                    let remembered = child.clone();
+                    let (tree_here, tree_there) = (tree.clone(), tree.clone());
+                    tree_here.stat_node(
+                        child,
+                        Box::new(move |attr| {
+                            if attr.is_ok() {
+                                tree_there.remember(&remembered);
+                            }
+                            answer(attr)
+                        }),
+                    )
+                }
+                Err(e) => answer(Err(e)),
+            }
+        });
     }
 
-    /// The inode of a name in a directory.
-    fn find(&self, parent: Ino, name: &str) -> FsResult<Ino> {
-        let node = self.node(parent)?;
-        if let Some(&ino) = self.listing(&node)?.by_name.get(name) {
-            return Ok(ino);
+    /// The entry of a directory named `name`.
+    fn child(&self, parent: &Node, listing: &Listing, name: &str) -> FsResult<Arc<Node>> {
+        if let Some(child) = listing.get(name) {
+            return Ok(child.clone());
+        }
+        if parent.ino == ROOT && name == STATUS_NAME {
+            return Ok(self.status.clone());
         }
         // A slice can be opened by name without being listed.
-        let NodeKind::Slices(table) = &node.kind else {
+        let NodeKind::Slices(table) = &parent.kind else {
             return Err(FsError::NotFound);
         };
-        let mut found = node.found.lock().recover();
-        let ino = match found.get(name) {
-            Some(&ino) => ino,
-            None => {
-                let kind = node::slice_by_name(table, name).ok_or(FsError::NotFound)?;
-                let ino = self.add_node(kind);
-                found.insert(name.to_owned(), ino);
-                ino
-            }
-        };
-        drop(found);
-        Ok(ino)
+        let mut found = parent.found.lock().recover();
+        if let Some(node) = found.get(name).and_then(Weak::upgrade) {
+            return Ok(node);
+        }
+        let kind = node::slice_by_name(table, name).ok_or(FsError::NotFound)?;
+        let node = self.new_node(&parent.path, name, kind);
+        // Names the kernel forgot leave their nodes behind only as dead links: swept
+        // whenever the map has doubled.
+        if found.len() >= 1024 && found.len().is_power_of_two() {
+            found.retain(|_, node| node.strong_count() > 0);
+        }
+        found.insert(name.to_owned(), Arc::downgrade(&node));
+        Ok(node)
     }
 
     /// The entries of a directory, in listing order, with whether each is a directory.
-    pub fn readdir(&self, ino: Ino) -> FsResult<Vec<(Ino, bool, String)>> {
-        let node = self.node(ino)?;
-        let listing = self.listing(&node)?;
-        let nodes = self.nodes.read().recover();
-        Ok(listing
-            .entries
-            .iter()
-            .map(|(name, child)| (*child, nodes[*child as usize].kind.is_dir(), name.clone()))
-            .collect())
+    /// Listing a directory also opens its member objects ahead of looks into them.
+    pub fn readdir(&self, ino: Ino, answer: EntriesAnswer) {
+        let node = match self.node(ino) {
+            Ok(node) => node,
+            Err(e) => return answer(Err(e)),
+        };
+        self.with_listing(node.clone(), move |tree, listing| {
+            let entries = listing.map(|listing| {
+                tree.open_members_ahead(&node, &listing);
+                listing
+                    .entries
+                    .iter()
+                    .map(|(name, child)| (child.ino, child.kind.is_dir(), name.clone()))
+                    .collect()
+            });
+            answer(entries)
+        });
     }
 
-    /// Opens a file for reading.
-    pub fn open(&self, ino: Ino) -> FsResult<Opened> {
-        let node = self.node(ino)?;
-        let NodeKind::File(file) = &node.kind else {
-            return Err(FsError::IsADirectory);
+    /// Opens a file for reading: on the request pool, since opening may generate it.
+    pub fn open(&self, ino: Ino, answer: OpenAnswer) {
+        let node = match self.node(ino) {
+            Ok(node) => node,
+            Err(e) => return answer(Err(e)),
         };
-        let open_file = file.open(&self.files)?;
+        let NodeKind::File(file) = &node.kind else {
+            return answer(Err(FsError::IsADirectory));
+        };
+        let file = file.clone();
+        let answer = Arc::new(Mutex::new(Some(answer)));
+        let answer_here = answer.clone();
+        self.on_request_pool(
+            move |tree| {
+                let opened = crate::sync::catch_panic(|| tree.open_file(&node, &*file))
+                    .unwrap_or_else(|panic| Err(FsError::io("opening", panic)));
+                if let Some(answer) = answer.lock().recover().take() {
+                    answer(opened);
+                }
+            },
+            move |e| {
+                if let Some(answer) = answer_here.lock().recover().take() {
+                    answer(Err(e));
+                }
+            },
+        );
+    }
+
+    fn open_file(&self, node: &Node, file: &dyn FileKind) -> FsResult<Opened> {
+        let open_file = activity::named(&node.path, || file.open(&self.files))?;
         // A file whose size is not known yet is read with direct I/O.
-        let direct_io = matches!(open_file, OpenFile::Streaming(_));
+        let direct_io = matches!(open_file, OpenFile::Streaming(_))
+            || file.size(&self.files)?.is_none();
         let cache_file = match &open_file {
             OpenFile::Cached(file) => file.try_clone().ok(),
             _ => None,
@@ -301,10 +488,14 @@ impl Tree {
         if let OpenFile::Streaming(_) = *open_file {
             let mut streams = self.streams.lock().recover();
             streams.retain(|_, handle| handle.strong_count() > 0);
-            streams.insert(ino, Arc::downgrade(&open_file));
+            streams.insert(node.ino, Arc::downgrade(&open_file));
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.open_files.lock().recover().insert(fh, open_file);
+        let mut open_files = self.open_files.lock().recover();
+        open_files.insert(fh, open_file);
+        self.counts
+            .open_handles
+            .store(open_files.len(), Ordering::Relaxed);
         Ok(Opened {
             fh,
             direct_io,
@@ -312,54 +503,100 @@ impl Tree {
         })
     }
 
-    /// Reads from an open file.
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        let open_file = self
-            .open_files
-            .lock()
-            .recover()
-            .get(&fh)
-            .cloned()
-            .ok_or(FsError::NotFound)?;
-        open_file
-            .read(offset, size)
-            .map_err(|e| FsError::io("read failed", e))
+    /// Reads from an open file: at once from memory or the cache, when generated that far
+    /// from a stream, on the request pool from the store.
+    pub fn read(&self, fh: u64, offset: u64, size: u32, answer: ReadAnswer) {
+        let Some(open_file) = self.open_files.lock().recover().get(&fh).cloned() else {
+            return answer(Err(std::io::Error::other("no such file handle")));
+        };
+        if !open_file.reads_from_store() {
+            return open_file.read(offset, size, answer);
+        }
+        let answer = Arc::new(Mutex::new(Some(answer)));
+        let answer_here = answer.clone();
+        self.on_request_pool(
+            move |_| {
+                if let Some(answer) = answer.lock().recover().take() {
+                    open_file.read(offset, size, answer);
+                }
+            },
+            move |e| {
+                if let Some(answer) = answer_here.lock().recover().take() {
+                    answer(Err(std::io::Error::other(format!("{e:?}"))));
+                }
+            },
+        );
     }
 
     /// Closes a file handle.
     pub fn release(&self, fh: u64) {
-        let removed = self.open_files.lock().recover().remove(&fh);
+        let mut open_files = self.open_files.lock().recover();
+        let removed = open_files.remove(&fh);
+        self.counts
+            .open_handles
+            .store(open_files.len(), Ordering::Relaxed);
+        drop(open_files);
         if let Some(open_file) = removed {
             open_file.close();
         }
     }
 
-    /// A directory's listing: made on first look, and for object directories made again
-    /// once older than the metadata TTL (kept, with its inodes, when the object is unchanged).
-    fn listing(&self, node: &Node) -> FsResult<Arc<Listing>> {
-        self.listing_of(node, true)
+    /// Calls `then` with a directory's listing: at once when it is made and fresh, else
+    /// from the request pool once it is made.
+    fn with_listing(
+        &self,
+        node: Arc<Node>,
+        then: impl FnOnce(&Arc<Tree>, FsResult<Arc<Listing>>) + Send + 'static,
+    ) {
+        let Some(tree) = self.me() else {
+            return;
+        };
+        if !node.kind.is_dir() {
+            return then(&tree, Err(FsError::NotADirectory));
+        }
+        if let Some(listing) = self.fresh(&node, &node.listing.read().recover()) {
+            return then(&tree, Ok(listing));
+        }
+        let then = Arc::new(Mutex::new(Some(then)));
+        let then_here = then.clone();
+        self.on_request_pool(
+            move |tree| {
+                let listing = tree.listing(&node);
+                if let Some(then) = then.lock().recover().take() {
+                    then(tree, listing);
+                }
+            },
+            move |e| {
+                if let Some(then) = then_here.lock().recover().take() {
+                    then(&tree, Err(e));
+                }
+            },
+        );
     }
 
-    /// [`Self::listing`]; with `open_members`, a new listing of a group also starts opening
-    /// its member objects (one level down) in the background.
-    fn listing_of(&self, node: &Node, open_members: bool) -> FsResult<Arc<Listing>> {
+    /// A node's listing if it is made and still fresh: object directories are listed again
+    /// once older than the metadata TTL.
+    fn fresh(&self, node: &Node, current: &Option<Arc<Listing>>) -> Option<Arc<Listing>> {
+        let expires = matches!(node.kind, NodeKind::Object { .. });
+        current
+            .as_ref()
+            .filter(|l| !expires || l.made.elapsed() < self.files.options.metadata_ttl)
+            .cloned()
+    }
+
+    /// A directory's listing: made on first look, and for object directories made again
+    /// once older than the metadata TTL (kept, with its nodes, when the object is unchanged).
+    fn listing(&self, node: &Node) -> FsResult<Arc<Listing>> {
         if !node.kind.is_dir() {
             return Err(FsError::NotADirectory);
         }
-        let expires = matches!(node.kind, NodeKind::Object { .. });
-        let fresh = |current: &Option<Arc<Listing>>| {
-            current
-                .as_ref()
-                .filter(|l| !expires || l.made.elapsed() < self.files.options.metadata_ttl)
-                .cloned()
-        };
-        if let Some(listing) = fresh(&node.listing.read().recover()) {
+        if let Some(listing) = self.fresh(node, &node.listing.read().recover()) {
             return Ok(listing);
         }
         let _making = node.making.lock().recover();
         // Another look may have made it while this one waited.
         let current = node.listing.read().recover().clone();
-        if let Some(listing) = fresh(&current) {
+        if let Some(listing) = self.fresh(node, &current) {
             return Ok(listing);
         }
         let (fingerprint, named) = match &node.kind {
@@ -403,74 +640,68 @@ impl Tree {
         };
         let listing = match current {
             Some(old) if old.fingerprint == fingerprint => old.renewed(),
-            _ => Arc::new(self.add_entries(named, fingerprint)),
+            _ => Arc::new(self.add_entries(&node.path, named, fingerprint)),
         };
         *node.listing.write().recover() = Some(listing.clone());
-        if open_members && matches!(node.kind, NodeKind::Object { .. }) {
-            self.open_members_ahead(&listing);
-        }
         Ok(listing)
     }
 
     /// Starts listing the not-yet-listed object directories among a listing's entries, on
-    /// a thread of its own. A look into one of them meanwhile waits for its listing (see
-    /// `Node::making`) or makes it first.
-    fn open_members_ahead(&self, listing: &Listing) {
-        let members: Vec<Arc<Node>> = listing
-            .entries
-            .iter()
-            .filter_map(|(_, ino)| self.node(*ino).ok())
-            .filter(|n| matches!(n.kind, NodeKind::Object { .. }))
-            .filter(|n| n.listing.read().recover().is_none())
-            .collect();
-        // A lone member gains nothing: the look into it opens it as soon.
-        if members.len() < 2 {
+    /// the open-ahead pool, once per listing. A look into one of them meanwhile waits for
+    /// its listing (see `Node::making`) or makes it first.
+    fn open_members_ahead(&self, node: &Node, listing: &Listing) {
+        if !matches!(node.kind, NodeKind::Object { .. })
+            || listing.members_ahead.swap(true, Ordering::Relaxed)
+        {
             return;
         }
-        let Some(tree) = self.me.upgrade() else {
-            return;
-        };
-        let Some(task) = self.background.begin() else {
-            return;
-        };
-        // No thread: the members are opened when they are looked at.
-        let _ = std::thread::Builder::new()
-            .name("soma-open-ahead".into())
-            .spawn(move || {
-                tree.open_members(&members);
-                drop(task);
-            });
-    }
-
-    /// Lists `members`, several at a time, until they are done or background work stops.
-    fn open_members(&self, members: &[Arc<Node>]) {
-        const AT_ONCE: usize = 8;
-        let next = AtomicU64::new(0);
-        let open_next = || loop {
-            let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-            let Some(member) = members.get(i) else { break };
-            if self.background.stopped() {
-                break;
-            }
+        let members = listing
+            .entries
+            .iter()
+            .map(|(_, member)| member)
+            .filter(|n| matches!(n.kind, NodeKind::Object { .. }))
+            .filter(|n| n.listing.read().recover().is_none());
+        for member in members {
+            let Some(tree) = self.me() else {
+                return;
+            };
+            let member = member.clone();
             // Errors show in the member's own listing (error.txt) when it is looked at.
-            let _ = self.listing_of(member, false);
-        };
-        std::thread::scope(|scope| {
-            for _ in 1..AT_ONCE.min(members.len()) {
-                // Fewer threads (none may start) only means fewer at once.
-                let _ = std::thread::Builder::new().spawn_scoped(scope, open_next);
+            let started = self.ahead.run(move || {
+                if !tree.background.stopped() {
+                    let _ = tree.listing(&member);
+                }
+            });
+            if !started {
+                return;
             }
-            open_next();
-        });
+        }
     }
 
-    /// Gives every entry an inode.
-    fn add_entries(&self, named: Vec<(String, NodeKind)>, fingerprint: Option<String>) -> Listing {
+    /// A new node, with the next inode number.
+    fn new_node(&self, parent_path: &str, name: &str, kind: NodeKind) -> Arc<Node> {
+        let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
+        let path = if parent_path.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{parent_path}/{name}")
+        };
+        Node::new(ino, path, kind, &self.counts)
+    }
+
+    /// Gives every entry a node.
+    fn add_entries(
+        &self,
+        parent_path: &str,
+        named: Vec<(String, NodeKind)>,
+        fingerprint: Option<String>,
+    ) -> Listing {
         let mut listing = Listing {
             entries: Vec::with_capacity(named.len()),
             by_name: HashMap::with_capacity(named.len()),
             fingerprint,
             made: Instant::now(),
+            members_ahead: AtomicBool::new(false),
         };
         for (name, kind) in named {
             if listing.by_name.contains_key(&name) {
@@ -478,21 +709,45 @@ impl Tree {
                 warn!("two entries are named {name:?}; showing only the first");
                 continue;
             }
-            let ino = self.add_node(kind);
-            listing.by_name.insert(name.clone(), ino);
-            listing.entries.push((name, ino));
+            let node = self.new_node(parent_path, &name, kind);
+            listing.by_name.insert(name.clone(), listing.entries.len());
+            listing.entries.push((name, node));
         }
         listing
     }
 }
 
+impl Known {
+    fn new(node: Arc<Node>) -> Known {
+        Known { node, lookups: 0 }
+    }
+}
+
 impl Node {
-    fn new(kind: NodeKind) -> Arc<Node> {
+    fn new(ino: Ino, path: String, kind: NodeKind, counts: &Arc<TreeCounts>) -> Arc<Node> {
+        counts.nodes.fetch_add(1, Ordering::Relaxed);
         Arc::new(Node {
+            ino,
+            path,
             kind,
             listing: RwLock::new(None),
             making: Mutex::new(()),
             found: Mutex::new(HashMap::new()),
+            counts: counts.clone(),
         })
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.counts.nodes.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts kept for tests of the tree.
+#[cfg(test)]
+impl Tree {
+    pub fn nodes(&self) -> usize {
+        self.counts.nodes.load(Ordering::Relaxed)
     }
 }

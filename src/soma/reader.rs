@@ -15,6 +15,10 @@
 //! the bottom of the int64 range), so a band seldom starts at the current domain's start.
 //! The arithmetic is done in `i128`, where no coordinate, bound or extent overflows.
 //!
+//! Every reader takes its memory from the daemon's budget ([`crate::budget::memory`]) when
+//! it opens, and gives it back when dropped: a reader that would push the daemon past the
+//! budget waits for memory first (see [`reader_memory`]).
+//!
 //! A read ends only when libtiledb says it has returned everything: a reader thread that
 //! dies ([`ReadAhead`]) is an error for its consumer, never an early end, and a dense read
 //! that returns fewer or more cells than it selected is an error too.
@@ -91,6 +95,16 @@ pub struct BatchReader {
     /// The rows a dense read selects: it must return exactly these.
     expected_rows: Option<u64>,
     rows_returned: u64,
+    /// The reader's share of the memory budget.
+    _memory: crate::budget::Permit,
+}
+
+/// The memory a reader takes from the budget: its query buffers, the batch it has handed
+/// over (to [`ReadAhead`]) and the one its consumer encodes, each about `batch_bytes`; and
+/// for a read sorted in memory, everything it reads (`sorted_bytes`, estimated; at most
+/// [`IN_MEMORY_SORT_BYTES`]).
+pub fn reader_memory(batch_bytes: usize, sorted_bytes: Option<u64>) -> u64 {
+    3 * batch_bytes as u64 + sorted_bytes.unwrap_or(0)
 }
 
 /// Cells a query of a band-sorted read aims for (its runs of bands are sized to it).
@@ -327,13 +341,15 @@ impl BatchReader {
         // int64: 4 s for a slice of 2,280 rows that tiledbsoma reads in 10 ms). Not
         // unordered, as tiledbsoma reads: libtiledb 2.30's unordered reader lost rows of
         // slices of arrays with overwritten cells in the differential test.
+        let read_bytes =
+            super::estimated_cells(array, selection).saturating_mul(row_bytes(&columns));
         let sort_in_memory = !array.schema.dense
             && plan_layout(&plan) == Some(Layout::RowMajor)
-            && super::estimated_cells(array, selection).saturating_mul(row_bytes(&columns))
-                <= IN_MEMORY_SORT_BYTES;
+            && read_bytes <= IN_MEMORY_SORT_BYTES;
         if sort_in_memory {
             plan = Plan::Sorted(Layout::GlobalOrder);
         }
+        let memory = crate::budget::memory().take(reader_memory(batch_bytes, sort_in_memory.then_some(read_bytes)));
         let mut condition = label_condition;
         if sort_in_memory || plan_layout(&plan) == Some(Layout::RowMajor) {
             // libtiledb 2.30's row-major reader crashes (SIGSEGV in its tile overlap ratio)
@@ -427,6 +443,7 @@ impl BatchReader {
             ready: VecDeque::new(),
             expected_rows,
             rows_returned: 0,
+            _memory: memory,
         };
         if selection.is_empty() {
             // A range outside the domain: nothing to read.

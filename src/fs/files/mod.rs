@@ -8,6 +8,7 @@ mod document;
 mod h5ad;
 mod npy;
 mod png;
+mod status;
 mod table;
 mod tenx;
 
@@ -24,6 +25,7 @@ pub use document::{Document, SpatialDoc};
 pub use h5ad::H5adFile;
 pub use npy::NpyFile;
 pub use png::PngFile;
+pub use status::{StatusFile, TreeCounts, STATUS_NAME};
 pub use table::{Table, TableFile};
 pub use tenx::{TenxFile, TenxPart};
 

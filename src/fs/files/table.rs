@@ -13,6 +13,9 @@ use std::sync::Arc;
 use crate::format::{self, TableFormat};
 use crate::soma::{estimated_cells, ArrayObject, BatchReader, ReadAhead, Selection, BATCH_BYTES};
 
+use arrow_array::RecordBatch;
+
+use super::super::activity;
 use super::super::cache::CacheKey;
 use super::super::data::{content_key, generate_whole, open_generated};
 use super::super::error::{FsError, FsResult};
@@ -92,20 +95,22 @@ impl FileKind for TableFile {
             return Ok(OpenFile::Cached(file));
         }
         let what = self.what();
+        activity::expect_bytes(self.estimated_bytes());
         if self.generated_whole_on_open(cx) {
             self.generate(cx)?;
             return open_generated(cache, &self.key, &what);
         }
+        // The slot first: the reader starts reading as soon as it is made.
+        let slot = crate::budget::generations().take(1);
         let mut reader = self.read().map_err(|e| FsError::io(&what, e))?;
         let schema = reader.schema();
-        let mut next_batch = move || reader.next_batch().map_err(io::Error::from);
         let task = cx
             .background
             .begin()
             .ok_or_else(|| FsError::io(&what, "the daemon is ending"))?;
         let format = self.format;
-        let stream = Stream::start(cache.clone(), self.key.clone(), task, move |out| {
-            format::write_table(format, schema, &mut next_batch, out)
+        let stream = Stream::start(cache.clone(), self.key.clone(), task, slot, move |out| {
+            format::write_table(format, schema, || counted(&mut reader), out)
         })
         .map_err(|e| FsError::io(&what, e))?;
         Ok(OpenFile::Streaming(stream))
@@ -125,8 +130,16 @@ impl FileKind for TableFile {
         generate_whole(&cx.options.cache, &self.key, &self.what(), |out| {
             let mut reader = self.read()?;
             let schema = reader.schema();
-            let next_batch = || reader.next_batch().map_err(io::Error::from);
-            format::write_table(self.format, schema, next_batch, out)
+            format::write_table(self.format, schema, || counted(&mut reader), out)
         })
     }
+}
+
+/// The reader's next batch, its rows counted as the generation's progress.
+fn counted(reader: &mut ReadAhead) -> io::Result<Option<RecordBatch>> {
+    let batch = reader.next_batch()?;
+    if let Some(batch) = &batch {
+        activity::count_rows(batch.num_rows());
+    }
+    Ok(batch)
 }

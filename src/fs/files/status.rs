@@ -1,0 +1,120 @@
+//! `.soma-mount.status`: what the daemon is doing now, as JSON made afresh at each open. It
+//! is found by name at the mount's root and never listed (`ls -a` does not show it);
+//! `soma-mount status <mountpoint>` reads it. It shows each file being generated (bytes and
+//! rows done, the estimate of the total, the rate, reads waiting), the memory budget and the
+//! generation slots (in use, waiting), the inodes the daemon holds, open handles and the
+//! content cache.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::budget::{self, BudgetUse};
+
+use super::super::activity;
+use super::super::error::FsResult;
+use super::super::open_file::OpenFile;
+use super::{FileContext, FileKind};
+
+/// The status file's name at the mount's root.
+pub const STATUS_NAME: &str = ".soma-mount.status";
+
+/// Counts the tree keeps for the status file.
+#[derive(Debug, Default)]
+pub struct TreeCounts {
+    /// Inodes the kernel holds (it looked them up and has not forgotten them).
+    pub inodes: AtomicUsize,
+    /// Directories and files the daemon holds in memory: those inodes and the entries of
+    /// the listings they hold.
+    pub nodes: AtomicUsize,
+    pub open_handles: AtomicUsize,
+}
+
+/// The status file of a mount.
+#[derive(Debug)]
+pub struct StatusFile {
+    uri: String,
+    started: Instant,
+    counts: Arc<TreeCounts>,
+}
+
+impl StatusFile {
+    pub fn new(uri: &str, counts: Arc<TreeCounts>) -> StatusFile {
+        StatusFile {
+            uri: uri.to_owned(),
+            started: Instant::now(),
+            counts,
+        }
+    }
+
+    /// The status now, as JSON.
+    fn render(&self, cx: &FileContext) -> serde_json::Value {
+        let budget_json = |usage: BudgetUse| {
+            json!({
+                "limit": usage.limit,
+                "in_use": usage.in_use,
+                "peak": usage.peak,
+                "waiting": usage.waiting,
+            })
+        };
+        let memory = budget::memory().usage();
+        let generations = budget::generations().usage();
+        let running: Vec<_> = activity::running()
+            .into_iter()
+            .map(|r| {
+                json!({
+                    "path": r.path,
+                    "bytes": r.bytes,
+                    "rows": r.rows,
+                    "estimated_bytes": r.estimated_bytes,
+                    "seconds": r.seconds,
+                    "bytes_per_second": r.bytes_per_second(),
+                    "readers": r.readers,
+                })
+            })
+            .collect();
+        let (cache_bytes, cache_limit, cache_entries) = cx.options.cache.usage();
+        let count = |c: &AtomicUsize| c.load(Ordering::Relaxed);
+        json!({
+            "pid": std::process::id(),
+            "uri": self.uri,
+            "uptime_seconds": self.started.elapsed().as_secs_f64(),
+            "inodes": count(&self.counts.inodes),
+            "nodes": count(&self.counts.nodes),
+            "open_handles": count(&self.counts.open_handles),
+            "memory": {
+                "budget_bytes": memory.limit,
+                "in_use_bytes": memory.in_use,
+                "peak_bytes": memory.peak,
+                "waiting": memory.waiting,
+            },
+            "generations": {
+                "limit": generations.limit,
+                "running": running,
+                "waiting": generations.waiting,
+                "slots": budget_json(generations),
+            },
+            "cache": {
+                "bytes": cache_bytes,
+                "limit_bytes": cache_limit,
+                "entries": cache_entries,
+            },
+        })
+    }
+}
+
+impl FileKind for StatusFile {
+    /// Never known: the status is made at each open, and read with direct I/O.
+    fn size(&self, _cx: &FileContext) -> FsResult<Option<u64>> {
+        Ok(None)
+    }
+
+    fn open(&self, cx: &FileContext) -> FsResult<OpenFile> {
+        let mut text = serde_json::to_vec_pretty(&self.render(cx))
+            .expect("a JSON value always serializes");
+        text.push(b'\n');
+        Ok(OpenFile::Bytes(text.into()))
+    }
+}
