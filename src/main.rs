@@ -655,7 +655,10 @@ fn describe_status(status: &serde_json::Value) -> String {
         status["uptime_seconds"].as_f64().unwrap_or(0.0)
     );
     let generations = &status["generations"];
-    let running = generations["running"].as_array().cloned().unwrap_or_default();
+    let running = generations["running"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     text += &format!(
         "generating {} file(s) (at most {} at once), {} waiting for a turn\n",
         running.len(),

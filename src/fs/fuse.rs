@@ -71,7 +71,6 @@ impl SomaFs {
 }
 
 impl Backing {
-
     /// Replies to an open through passthrough when it can, and gives the reply back when it
     /// cannot. The kernel then reads the file itself: no request per block, and `mmap` maps
     /// the cache file. An inode already read through passthrough must be opened through it
@@ -228,7 +227,8 @@ impl Filesystem for SomaFs {
         if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             return reply.error(Errno::EROFS);
         }
-        let (tree, backing, passthrough) = (self.tree.clone(), self.backing.clone(), self.passthrough);
+        let (tree, backing, passthrough) =
+            (self.tree.clone(), self.backing.clone(), self.passthrough);
         let answer = Box::new(move |opened: FsResult<Opened>| {
             let opened = match opened {
                 Ok(opened) => opened,

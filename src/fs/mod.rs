@@ -3,8 +3,8 @@
 //! content cache ([`cache`]), and the thin FUSE layer ([`fuse`]) that translates kernel
 //! requests into calls on the tree.
 
-pub mod cache;
 pub mod activity;
+pub mod cache;
 mod data;
 pub mod error;
 mod files;

@@ -5,7 +5,8 @@
 //! Reads are answered through a callback: a read of a stream beyond what has been generated
 //! is answered by the generator thread once it has written that far, so no FUSE request
 //! thread waits for a generation. A generation holds one of the daemon's generation slots
-//! (`--max-generations`) while it runs, and gives it back while it waits for its readers.
+//! (`--max-generations`) while it runs, and gives it back while it waits for its readers;
+//! when they come back it goes on at once, taking a slot back only if one is free.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -329,7 +330,10 @@ impl Write for StreamSink<'_> {
                 state = self.stream.changed.wait(state).recover();
             }
             drop(state);
-            self.slot = budget.map(|budget| budget.take(1));
+            // Its readers are back: it goes on at once, with a turn if one is free. Waiting
+            // for one could wait forever: the generations holding the turns may be waiting
+            // for memory that this one holds.
+            self.slot = budget.and_then(|budget| budget.try_take(1));
         }
         Ok(buf.len())
     }
@@ -381,14 +385,20 @@ mod tests {
         let key = CacheKey::new(["ahead"]);
         let piece = vec![b'x'; 1 << 20];
         let pieces = (READ_AHEAD_BYTES >> 20) + 2;
-        let stream = Stream::start(cache.clone(), key.clone(), background.begin().unwrap(), slot(), {
-            move |out| {
-                for _ in 0..pieces {
-                    out.write_all(&piece)?;
+        let stream = Stream::start(
+            cache.clone(),
+            key.clone(),
+            background.begin().unwrap(),
+            slot(),
+            {
+                move |out| {
+                    for _ in 0..pieces {
+                        out.write_all(&piece)?;
+                    }
+                    Ok(())
                 }
-                Ok(())
-            }
-        })
+            },
+        )
         .unwrap();
         // No reader reads: the generator would stop at the bound, but for the waiter.
         let size = pieces << 20;
@@ -402,12 +412,18 @@ mod tests {
         let (cache, dir) = cache("panic");
         let background = Arc::new(Background::default());
         let key = CacheKey::new(["panic"]);
-        let stream = Stream::start(cache.clone(), key.clone(), background.begin().unwrap(), slot(), {
-            |out| {
-                out.write_all(b"some rows\n")?;
-                panic!("a bug");
-            }
-        })
+        let stream = Stream::start(
+            cache.clone(),
+            key.clone(),
+            background.begin().unwrap(),
+            slot(),
+            {
+                |out| {
+                    out.write_all(b"some rows\n")?;
+                    panic!("a bug");
+                }
+            },
+        )
         .unwrap();
         assert!(matches!(outcome_of(&stream), Outcome::Failed(e) if e.contains("a bug")));
         assert_eq!(
@@ -460,7 +476,10 @@ mod tests {
             if let Some(permit) = slots.try_take(1) {
                 break permit;
             }
-            assert!(started.elapsed() < Duration::from_secs(10), "the slot was kept");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the slot was kept"
+            );
             std::thread::sleep(Duration::from_millis(10));
         };
         drop(other);

@@ -487,11 +487,14 @@ fn listing_a_directory_opens_its_members_ahead_and_a_look_by_name_does_not() {
     let m = mount();
     m.stat("obs/schema.json").unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(m.store.opens("mem://exp/ms"), 0, "a look by name opens what it names");
+    assert_eq!(
+        m.store.opens("mem://exp/ms"),
+        0,
+        "a look by name opens what it names"
+    );
     m.names(ROOT);
     assert!(
-        eventually(|| m.store.opens("mem://exp/ms") == 1
-            && m.store.opens("mem://exp/clash") == 1),
+        eventually(|| m.store.opens("mem://exp/ms") == 1 && m.store.opens("mem://exp/clash") == 1),
         "ls opens the members ahead, once"
     );
     assert_eq!(m.store.opens("mem://exp/obs"), 1, "obs was open already");

@@ -14,8 +14,8 @@
 //! not made yet, an open (which may generate a file whole), a `stat` that waits for a size,
 //! and a read from the store run on the request pool; a read of a file being generated is
 //! answered by its generator. Listing a directory (`ls`) also starts opening its member
-//! objects ahead, on a pool of their own, so `ls -R` of a remote store pays its round trips
-//! several at a time; a look by name (`cat a/b/c`) opens only what it names. All of this is
+//! objects, and theirs, ahead, on a pool of their own, so `ls -R` of a remote store pays its
+//! round trips several at a time; a look by name (`cat a/b/c`) opens only what it names. All of this is
 //! background work ([`Background`]) that the daemon stops and waits for before it exits
 //! ([`Tree::stop_background_work`]).
 
@@ -44,6 +44,9 @@ pub const ROOT: Ino = 1;
 const REQUEST_THREADS: usize = 64;
 /// Member objects opened ahead of looks into them, at most this many at once.
 const AHEAD_THREADS: usize = 8;
+/// How many levels below a listed directory its members are opened ahead: `ls -R` lists
+/// every directory, and finds the next two levels opened or being opened.
+const AHEAD_LEVELS: u32 = 2;
 
 /// A directory's entries, made on first look.
 struct Listing {
@@ -436,7 +439,7 @@ impl Tree {
         };
         self.with_listing(node.clone(), move |tree, listing| {
             let entries = listing.map(|listing| {
-                tree.open_members_ahead(&node, &listing);
+                tree.open_members_ahead(&node, &listing, AHEAD_LEVELS);
                 listing
                     .entries
                     .iter()
@@ -478,8 +481,8 @@ impl Tree {
     fn open_file(&self, node: &Node, file: &dyn FileKind) -> FsResult<Opened> {
         let open_file = activity::named(&node.path, || file.open(&self.files))?;
         // A file whose size is not known yet is read with direct I/O.
-        let direct_io = matches!(open_file, OpenFile::Streaming(_))
-            || file.size(&self.files)?.is_none();
+        let direct_io =
+            matches!(open_file, OpenFile::Streaming(_)) || file.size(&self.files)?.is_none();
         let cache_file = match &open_file {
             OpenFile::Cached(file) => file.try_clone().ok(),
             _ => None,
@@ -647,9 +650,10 @@ impl Tree {
     }
 
     /// Starts listing the not-yet-listed object directories among a listing's entries, on
-    /// the open-ahead pool, once per listing. A look into one of them meanwhile waits for
-    /// its listing (see `Node::making`) or makes it first.
-    fn open_members_ahead(&self, node: &Node, listing: &Listing) {
+    /// the open-ahead pool, once per listing, and `levels - 1` levels below them. A look
+    /// into one of them meanwhile waits for its listing (see `Node::making`) or makes it
+    /// first.
+    fn open_members_ahead(&self, node: &Node, listing: &Listing, levels: u32) {
         if !matches!(node.kind, NodeKind::Object { .. })
             || listing.members_ahead.swap(true, Ordering::Relaxed)
         {
@@ -668,8 +672,13 @@ impl Tree {
             let member = member.clone();
             // Errors show in the member's own listing (error.txt) when it is looked at.
             let started = self.ahead.run(move || {
-                if !tree.background.stopped() {
-                    let _ = tree.listing(&member);
+                if tree.background.stopped() {
+                    return;
+                }
+                if let Ok(listing) = tree.listing(&member) {
+                    if levels > 1 {
+                        tree.open_members_ahead(&member, &listing, levels - 1);
+                    }
                 }
             });
             if !started {

@@ -349,7 +349,10 @@ impl BatchReader {
         if sort_in_memory {
             plan = Plan::Sorted(Layout::GlobalOrder);
         }
-        let memory = crate::budget::memory().take(reader_memory(batch_bytes, sort_in_memory.then_some(read_bytes)));
+        let memory = crate::budget::memory().take(reader_memory(
+            batch_bytes,
+            sort_in_memory.then_some(read_bytes),
+        ));
         let mut condition = label_condition;
         if sort_in_memory || plan_layout(&plan) == Some(Layout::RowMajor) {
             // libtiledb 2.30's row-major reader crashes (SIGSEGV in its tile overlap ratio)

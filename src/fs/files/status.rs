@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::budget::{self, BudgetUse};
+use crate::budget;
 
 use super::super::activity;
 use super::super::error::FsResult;
@@ -51,14 +51,6 @@ impl StatusFile {
 
     /// The status now, as JSON.
     fn render(&self, cx: &FileContext) -> serde_json::Value {
-        let budget_json = |usage: BudgetUse| {
-            json!({
-                "limit": usage.limit,
-                "in_use": usage.in_use,
-                "peak": usage.peak,
-                "waiting": usage.waiting,
-            })
-        };
         let memory = budget::memory().usage();
         let generations = budget::generations().usage();
         let running: Vec<_> = activity::running()
@@ -92,9 +84,9 @@ impl StatusFile {
             },
             "generations": {
                 "limit": generations.limit,
+                "in_use": generations.in_use,
                 "running": running,
                 "waiting": generations.waiting,
-                "slots": budget_json(generations),
             },
             "cache": {
                 "bytes": cache_bytes,
@@ -112,8 +104,8 @@ impl FileKind for StatusFile {
     }
 
     fn open(&self, cx: &FileContext) -> FsResult<OpenFile> {
-        let mut text = serde_json::to_vec_pretty(&self.render(cx))
-            .expect("a JSON value always serializes");
+        let mut text =
+            serde_json::to_vec_pretty(&self.render(cx)).expect("a JSON value always serializes");
         text.push(b'\n');
         Ok(OpenFile::Bytes(text.into()))
     }

@@ -100,7 +100,7 @@ impl FileKind for TableFile {
             self.generate(cx)?;
             return open_generated(cache, &self.key, &what);
         }
-        // The slot first: the reader starts reading as soon as it is made.
+        // The turn first: the reader starts reading as soon as it is made.
         let slot = crate::budget::generations().take(1);
         let mut reader = self.read().map_err(|e| FsError::io(&what, e))?;
         let schema = reader.schema();
