@@ -99,13 +99,18 @@ pub struct BatchReader {
     _memory: crate::budget::Permit,
 }
 
-/// The memory a reader takes from the budget: its query buffers, the batch it has handed
-/// over (to [`ReadAhead`]) and the one its consumer encodes, each about `batch_bytes`; and
+/// The memory a reader takes from the budget: [`READER_BATCHES`] times `batch_bytes`, and
 /// for a read sorted in memory, everything it reads (`sorted_bytes`, estimated; at most
 /// [`IN_MEMORY_SORT_BYTES`]).
 pub fn reader_memory(batch_bytes: usize, sorted_bytes: Option<u64>) -> u64 {
-    3 * batch_bytes as u64 + sorted_bytes.unwrap_or(0)
+    READER_BATCHES * batch_bytes as u64 + sorted_bytes.unwrap_or(0)
 }
+
+/// What a reader and the encoder it feeds hold, in batches: the query's buffers, the batch
+/// handed over (to [`ReadAhead`]), the one being encoded, its text, and libtiledb's tiles
+/// behind the query. Measured: a CSV reader of a big sparse array raised the daemon's
+/// resident size by 36-50 MiB with 8 MiB batches.
+const READER_BATCHES: u64 = 6;
 
 /// Cells a query of a band-sorted read aims for (its runs of bands are sized to it).
 const CELLS_PER_QUERY: u64 = 4 << 20;
