@@ -8,7 +8,7 @@
 //! what they hold does not grow with the array.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
@@ -21,7 +21,8 @@ use super::error::{Error, Result};
 use super::object::{ArrayObject, GroupObject, Objects, SomaObject, SomaType};
 use super::reader::{labels_array, BatchReader, ReadAhead, Selection, BATCH_BYTES};
 use super::schema::Column;
-use super::tenx::joinids;
+use super::tenx::{joinids, Positions};
+use crate::sync::Recover;
 
 /// The metadata key where tiledbsoma's `from_anndata` records the name of the column that
 /// was the data frame's index (JSON: a string, or null).
@@ -431,7 +432,35 @@ pub fn read_cells(
     rows: Option<&[i64]>,
     mut visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
 ) -> Result<()> {
-    let mut selection = Selection::default();
+    read_matrix(array, rows, None, |batch, row_ids, col_ids| {
+        visit(row_ids, col_ids, batch.column(2))
+    })
+}
+
+/// Reads a two-dimensional array's coordinates alone (no values), as [`read_cells`] reads
+/// its cells.
+pub fn read_coordinates(
+    array: &ArrayObject,
+    rows: Option<&[i64]>,
+    mut visit: impl FnMut(&[i64], &[i64]) -> std::io::Result<()>,
+) -> Result<()> {
+    read_matrix(array, rows, Some(Vec::new()), |_, row_ids, col_ids| {
+        visit(row_ids, col_ids)
+    })
+}
+
+/// Reads a two-dimensional array's cells (with the value columns `columns`; `None`: all)
+/// in the rows `rows` (all when `None`), a batch at a time with its coordinates.
+fn read_matrix(
+    array: &ArrayObject,
+    rows: Option<&[i64]>,
+    columns: Option<Vec<String>>,
+    mut visit: impl FnMut(&RecordBatch, &[i64], &[i64]) -> std::io::Result<()>,
+) -> Result<()> {
+    let mut selection = Selection {
+        columns,
+        ..Selection::default()
+    };
     if let Some(rows) = rows {
         // Only the runs inside the first dimension's domain (a dense read must stay in it).
         let domain = array
@@ -463,9 +492,137 @@ pub fn read_cells(
                 .map(|a| a.values().as_ref())
                 .ok_or_else(|| Error::invalid(format!("{}: dimensions are not int64", array.uri)))
         };
-        visit(dim(0)?, dim(1)?, batch.column(2))?;
+        visit(&batch, dim(0)?, dim(1)?)?;
     }
     Ok(())
+}
+
+/// How a matrix's coordinates along one dimension map to the rows or columns of the
+/// AnnData's matrix.
+#[derive(Clone, Copy)]
+pub enum Axis<'a> {
+    /// Join ids, each at its place among obs's or var's.
+    Joinids(&'a Positions),
+    /// Indices below this count, as they are (the columns of obsm and varm).
+    Indices(usize),
+}
+
+impl Axis<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Axis::Joinids(positions) => positions.len(),
+            Axis::Indices(count) => *count,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The place of coordinate `id` along the axis; `None`: the cell is left out.
+    pub fn at(&self, id: i64) -> Option<usize> {
+        match self {
+            Axis::Joinids(positions) => positions.get(id).map(|p| p as usize - 1),
+            Axis::Indices(count) => usize::try_from(id).ok().filter(|i| i < count),
+        }
+    }
+}
+
+/// Entries per row of a matrix (those whose row and column are on `rows` and `cols`), as
+/// computed last for the same array snapshot and `axes_id` (what identifies the axes: the
+/// snapshots of obs and var), else counted now from the coordinates alone.
+pub fn row_counts(
+    array: &ArrayObject,
+    (rows, cols): (Axis, Axis),
+    axes_id: &str,
+) -> Result<Arc<Vec<u64>>> {
+    /// Counts kept: a few matrices of a few stores at once.
+    const KEPT: usize = 32;
+    static COUNTS: Mutex<Vec<(String, Arc<Vec<u64>>)>> = Mutex::new(Vec::new());
+    let key = format!("{}\n{axes_id}", array.content_id);
+    let find = |counts: &mut Vec<(String, Arc<Vec<u64>>)>| {
+        let at = counts.iter().position(|(k, _)| *k == key)?;
+        let found = counts.remove(at);
+        counts.push(found.clone());
+        Some(found.1)
+    };
+    if let Some(found) = find(&mut COUNTS.lock().recover()) {
+        return Ok(found);
+    }
+    let mut counts = vec![0u64; rows.len()];
+    read_coordinates(array, None, |row_ids, col_ids| {
+        for (&r, &c) in row_ids.iter().zip(col_ids) {
+            if let (Some(r), Some(_)) = (rows.at(r), cols.at(c)) {
+                counts[r] += 1;
+            }
+        }
+        Ok(())
+    })?;
+    let counts = Arc::new(counts);
+    let mut kept = COUNTS.lock().recover();
+    if kept.len() >= KEPT {
+        kept.remove(0);
+    }
+    kept.push((key, counts.clone()));
+    Ok(counts)
+}
+
+/// Reads the column `column` of a data frame's rows whose join ids are `joinids` (sorted),
+/// in that order: only those rows when the frame is indexed by `soma_joinid` first.
+pub fn read_frame_column(frame: &ArrayObject, column: &str, joinids: &[i64]) -> Result<ArrayRef> {
+    let by_joinid = frame
+        .schema
+        .index_columns()
+        .next()
+        .is_some_and(|c| c.name == "soma_joinid");
+    let mut selection = Selection {
+        columns: Some(vec![column.to_owned()]),
+        ..Selection::default()
+    };
+    if by_joinid {
+        if joinids.is_empty() {
+            let field = frame.schema.arrow().field_with_name(column).cloned();
+            let data_type = field.map_err(|e| Error::invalid(e.to_string()))?;
+            return Ok(arrow_array::new_empty_array(data_type.data_type()));
+        }
+        selection.ranges = vec![runs(joinids)
+            .into_iter()
+            .map(|(a, b)| (Value::Int(a), Value::Int(b)))
+            .collect()];
+    }
+    let mut pieces = Vec::new();
+    let mut reader = BatchReader::open(frame, &selection, BATCH_BYTES)?;
+    let wanted = Positions::new(joinids.to_vec());
+    while let Some(batch) = reader.next_batch()? {
+        let ids = super::tenx::joinids(&batch)?;
+        let keep: arrow_array::BooleanArray =
+            ids.iter().map(|&id| Some(wanted.get(id).is_some())).collect();
+        let values = batch
+            .column_by_name(column)
+            .ok_or_else(|| Error::invalid(format!("{}: no column {column}", frame.uri)))?;
+        pieces.push(
+            arrow_select::filter::filter(values, &keep)
+                .map_err(|e| Error::invalid(e.to_string()))?,
+        );
+    }
+    let pieces: Vec<&dyn arrow_array::Array> = pieces.iter().map(|p| p.as_ref()).collect();
+    let values = match pieces.as_slice() {
+        [] => {
+            let field = frame.schema.arrow().field_with_name(column).cloned();
+            let field = field.map_err(|e| Error::invalid(e.to_string()))?;
+            arrow_array::new_empty_array(field.data_type())
+        }
+        _ => arrow_select::concat::concat(&pieces).map_err(|e| Error::invalid(e.to_string()))?,
+    };
+    if values.len() != joinids.len() {
+        return Err(Error::invalid(format!(
+            "{}: {} of the {} rows asked for",
+            frame.uri,
+            values.len(),
+            joinids.len()
+        )));
+    }
+    Ok(values)
 }
 
 /// The number of columns tiledbsoma's `to_anndata` gives an obsm or varm array read as

@@ -22,7 +22,7 @@ use crate::format::h5ad::{
     self, Categories, ColumnSpec, CsrWriter, DenseWriter, FrameIndex, FrameWriter, H5ad,
 };
 use crate::soma::anndata::{
-    self, AnnDataExperiment, AnnDataMeasurement, Category, FrameRows, Named, UnsCollection,
+    self, AnnDataExperiment, AnnDataMeasurement, Axis, Category, FrameRows, Named, UnsCollection,
     UnsFrame, UnsMember,
 };
 use crate::soma::tenx::Positions;
@@ -251,31 +251,6 @@ fn frame_writer(
         })
         .collect::<io::Result<Vec<_>>>()?;
     FrameWriter::create(parent, name, rows.count, index, &columns)
-}
-
-/// How a matrix's coordinates along one dimension map to the rows or columns written.
-#[derive(Clone, Copy)]
-enum Axis<'a> {
-    /// Join ids, each at its place among obs's or var's.
-    Joinids(&'a Positions),
-    /// Indices below this count, as they are (the columns of obsm and varm).
-    Indices(usize),
-}
-
-impl Axis<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Axis::Joinids(positions) => positions.len(),
-            Axis::Indices(count) => *count,
-        }
-    }
-
-    fn at(&self, id: i64) -> Option<usize> {
-        match self {
-            Axis::Joinids(positions) => positions.get(id).map(|p| p as usize - 1),
-            Axis::Indices(count) => usize::try_from(id).ok().filter(|i| i < count),
-        }
-    }
 }
 
 /// How a matrix is written: as it is stored (a sparse array as CSR, a dense one dense), or
