@@ -287,6 +287,15 @@ impl UnsCollection {
             .filter(|(key, _)| !key.starts_with("soma_"))
     }
 
+    /// The members to_anndata keeps: those without a metadata value of the same name (a
+    /// value wins over a member).
+    pub fn members_kept(&self) -> impl Iterator<Item = &(String, UnsMember)> {
+        let values: HashSet<&str> = self.values().map(|(key, _)| key.as_str()).collect();
+        self.members
+            .iter()
+            .filter(move |(name, _)| !values.contains(name.as_str()))
+    }
+
     fn arrays<'a>(&'a self, out: &mut Vec<&'a ArrayObject>) {
         for (_, member) in &self.members {
             match member {
