@@ -11,6 +11,7 @@ pub mod npy;
 pub mod parquet;
 pub mod png;
 pub mod text;
+pub mod zarr;
 
 use std::io::{self, Write};
 use std::sync::mpsc;

@@ -399,6 +399,7 @@ impl Tree {
                 (None, node::tenx_by_column_entries(layer, column))
             }
             NodeKind::AnnData(dir) => (None, node::anndata_entries(&*self.store, dir)),
+            NodeKind::Zarr(dir) => (None, node::zarr_entries(dir)),
             NodeKind::File(_) => (None, Vec::new()),
         };
         let listing = match current {

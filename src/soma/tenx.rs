@@ -152,6 +152,7 @@ impl TenxLayer {
 }
 
 /// 1-based positions of join ids in a sorted list (contiguous ids need no lookup).
+#[derive(Debug)]
 pub struct Positions {
     ids: Vec<i64>,
     contiguous: bool,

@@ -37,6 +37,46 @@ use super::{FileContext, FileKind};
 
 type HdfGroup = hdf5_metno::Group;
 
+/// The cache key of content made of a measurement's AnnData (`kind`: which container), or
+/// of one category of its cells; `describe` tells which part of it. Made from every array
+/// read, the names they are stored under, the uns collections' metadata and members, and
+/// the category.
+pub(super) fn measurement_key(
+    kind: &str,
+    experiment: &AnnDataExperiment,
+    m: &AnnDataMeasurement,
+    category: &Category,
+    describe: impl FnOnce(&mut crate::digest::Digest),
+) -> CacheKey {
+    let arrays = std::iter::once(&*experiment.obs).chain(m.arrays());
+    content_key(arrays, |digest| {
+        digest.text(kind).text(&m.name);
+        for (part, members) in [
+            ("X", &m.layers),
+            ("obsm", &m.obsm),
+            ("varm", &m.varm),
+            ("obsp", &m.obsp),
+            ("varp", &m.varp),
+        ] {
+            digest.text(part).number(members.len() as u64);
+            for member in members {
+                digest.text(&member.name);
+            }
+        }
+        if let Some(uns) = &m.uns {
+            uns.fingerprints(&mut |fingerprint| {
+                digest.text(fingerprint);
+            });
+        }
+        let cells = Selection {
+            equals: category.clone(),
+            ..Selection::default()
+        };
+        cells.digest_into(digest);
+        describe(digest);
+    })
+}
+
 /// A measurement (or one category of its cells) as an h5ad file.
 #[derive(Debug)]
 pub struct H5adFile {
@@ -52,35 +92,7 @@ impl H5adFile {
         measurement: Arc<AnnDataMeasurement>,
         category: Category,
     ) -> H5adFile {
-        // Every array read, the names they are stored under, the uns collections' metadata
-        // and members, and the category.
-        let arrays = std::iter::once(&*experiment.obs).chain(measurement.arrays());
-        let key = content_key(arrays, |digest| {
-            digest.text("h5ad").text(&measurement.name);
-            let m = &measurement;
-            for (part, members) in [
-                ("X", &m.layers),
-                ("obsm", &m.obsm),
-                ("varm", &m.varm),
-                ("obsp", &m.obsp),
-                ("varp", &m.varp),
-            ] {
-                digest.text(part).number(members.len() as u64);
-                for member in members {
-                    digest.text(&member.name);
-                }
-            }
-            if let Some(uns) = &m.uns {
-                uns.fingerprints(&mut |fingerprint| {
-                    digest.text(fingerprint);
-                });
-            }
-            let cells = Selection {
-                equals: category.clone(),
-                ..Selection::default()
-            };
-            cells.digest_into(digest);
-        });
+        let key = measurement_key("h5ad", &experiment, &measurement, &category, |_| {});
         H5adFile {
             experiment,
             measurement,

@@ -10,6 +10,7 @@ mod npy;
 mod png;
 mod table;
 mod tenx;
+mod zarr;
 
 use std::fmt;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ pub use npy::NpyFile;
 pub use png::PngFile;
 pub use table::{Table, TableFile};
 pub use tenx::{TenxFile, TenxPart};
+pub use zarr::{ZarrArray, ZarrChunk, ZarrDocument, ZarrGroup, ZarrNode, ZarrStore};
 
 /// What files are generated with: the options and the cache, and the background work that
 /// streams files while they are read.
