@@ -64,6 +64,16 @@ def read_zarr_quietly(path) -> anndata.AnnData:
         return anndata.read_zarr(path)
 
 
+def object_strings(value):
+    """uns as read from an h5ad: anndata reads a Zarr array of strings as NumPy's
+    StringDType, an h5ad's as objects; the strings are the same."""
+    if isinstance(value, dict):
+        return {k: object_strings(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray) and value.dtype.kind == "T":
+        return value.astype(object)
+    return value
+
+
 @pytest.fixture(scope="module")
 def atlas(tmp_path_factory) -> Path:
     """An experiment of 100,000 cells x 5,000 genes, 40 entries a cell (4 million in X):
@@ -115,6 +125,7 @@ def atlas(tmp_path_factory) -> Path:
 def test_zarr_equals_to_anndata(mounts, fixtures_dir, store, experiment, measurement):
     path = Path(mounts(store), experiment, "anndata", f"{measurement}.zarr")
     got = read_zarr_quietly(path)
+    got.uns = object_strings(dict(got.uns))
     expected = reference(fixtures_dir / store / experiment, measurement)
     assert_anndata_equal(got, expected, f"{store}/{experiment} {measurement} zarr")
 
@@ -171,7 +182,7 @@ def test_zarr_opens_every_array_as_the_metadata_says(mounts):
                 meta = consolidated[f"{at}/.zarray"]
                 assert list(member.shape) == meta["shape"], at
                 assert member.metadata.compressor is None, at
-                values = member[...]
+                values = np.asarray(member[...])
                 assert values.shape == tuple(meta["shape"]), at
             else:
                 visit(member, f"{at}/")
