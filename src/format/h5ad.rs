@@ -30,8 +30,8 @@ use hdf5::{Dataset, File, Group, H5Type, Location};
 use hdf5_metno as hdf5;
 use ndarray::ArrayView2;
 
-pub use super::anndata::{Categories, ColumnSpec};
 use super::anndata::{texts, ColumnEncoding, Encoding};
+pub use super::anndata::{Categories, ColumnSpec};
 
 fn h5_error(e: hdf5::Error) -> io::Error {
     io::Error::other(format!("HDF5: {e}"))

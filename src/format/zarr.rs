@@ -256,14 +256,17 @@ pub fn text_chunk(values: &LargeStringArray, items: u64) -> io::Result<Vec<u8>> 
             values.len()
         )));
     }
-    let length = |n: usize| {
-        u32::try_from(n).map_err(|_| io::Error::other("a string of 4 GiB or more"))
-    };
+    let length =
+        |n: usize| u32::try_from(n).map_err(|_| io::Error::other("a string of 4 GiB or more"));
     let text_bytes = values.values().len();
     let mut out = Vec::with_capacity(4 + 4 * items as usize + text_bytes);
     out.extend_from_slice(&length(items as usize)?.to_le_bytes());
     for i in 0..values.len() {
-        let text = if values.is_valid(i) { values.value(i) } else { "" };
+        let text = if values.is_valid(i) {
+            values.value(i)
+        } else {
+            ""
+        };
         out.extend_from_slice(&length(text.len())?.to_le_bytes());
         out.extend_from_slice(text.as_bytes());
     }
@@ -298,13 +301,19 @@ mod tests {
         assert_eq!(x.chunk_count(), 20_000_000u64.div_ceil(1 << 20));
         assert_eq!(x.chunk_size(), Some(4 << 20));
         let small = ArrayMeta::new(vec![700], Dtype::Number(DataType::Int64));
-        assert_eq!((small.chunks.as_slice(), small.chunk_count()), (&[700][..], 1));
+        assert_eq!(
+            (small.chunks.as_slice(), small.chunk_count()),
+            (&[700][..], 1)
+        );
         let wide = ArrayMeta::new(vec![50_000, 1_000], Dtype::Number(DataType::Float32));
         assert_eq!(wide.chunks, [1048, 1000]);
         assert_eq!(wide.chunk_name(3), "3.0");
         assert_eq!(wide.chunk_rows(47), 49_256..50_000);
         let scalar = ArrayMeta::new(vec![], Dtype::Text);
-        assert_eq!((scalar.chunk_name(0), scalar.chunk_items()), ("0".into(), 1));
+        assert_eq!(
+            (scalar.chunk_name(0), scalar.chunk_items()),
+            ("0".into(), 1)
+        );
     }
 
     #[test]

@@ -604,8 +604,10 @@ pub fn read_frame_column(frame: &ArrayObject, column: &str, joinids: &[i64]) -> 
     let wanted = Positions::new(joinids.to_vec());
     while let Some(batch) = reader.next_batch()? {
         let ids = super::tenx::joinids(&batch)?;
-        let keep: arrow_array::BooleanArray =
-            ids.iter().map(|&id| Some(wanted.get(id).is_some())).collect();
+        let keep: arrow_array::BooleanArray = ids
+            .iter()
+            .map(|&id| Some(wanted.get(id).is_some()))
+            .collect();
         let values = batch
             .column_by_name(column)
             .ok_or_else(|| Error::invalid(format!("{}: no column {column}", frame.uri)))?;

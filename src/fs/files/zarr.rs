@@ -33,8 +33,7 @@ use crate::format::anndata::{is_text, ColumnEncoding, ColumnSpec, Encoding};
 use crate::format::h5ad::FrameIndex;
 use crate::format::zarr::{self, ArrayMeta, Dtype};
 use crate::soma::anndata::{
-    self, AnnDataExperiment, AnnDataMeasurement, Axis, FrameRows, Named, UnsCollection,
-    UnsMember,
+    self, AnnDataExperiment, AnnDataMeasurement, Axis, FrameRows, Named, UnsCollection, UnsMember,
 };
 use crate::soma::tenx::Positions;
 use crate::soma::ArrayObject;
@@ -498,7 +497,8 @@ fn column_part(
         ColumnPart::Values(_) | ColumnPart::RowNumbers => values,
         ColumnPart::Mask => {
             let nulls = values.logical_nulls();
-            let mask = (0..values.len()).map(|i| Some(nulls.as_ref().is_some_and(|n| n.is_null(i))));
+            let mask =
+                (0..values.len()).map(|i| Some(nulls.as_ref().is_some_and(|n| n.is_null(i))));
             Arc::new(mask.collect::<BooleanArray>())
         }
         ColumnPart::Codes(t) => {
@@ -563,7 +563,12 @@ impl Builder<'_> {
             (false, _) => Encoding::Array,
         };
         let meta = ArrayMeta::new(shape, dtype);
-        self.array(path, meta, encoding_attrs(encoding), Content::Values(values))
+        self.array(
+            path,
+            meta,
+            encoding_attrs(encoding),
+            Content::Values(values),
+        )
     }
 
     fn column(
@@ -744,7 +749,12 @@ impl Builder<'_> {
         attrs.insert("shape".into(), json!(shape));
         let parts = [
             ("data", value_dtype, total, CsrPart::Data),
-            ("indices", Dtype::Number(index_type), total, CsrPart::Indices),
+            (
+                "indices",
+                Dtype::Number(index_type),
+                total,
+                CsrPart::Indices,
+            ),
             (
                 "indptr",
                 Dtype::Number(DataType::Int64),
@@ -820,7 +830,10 @@ impl Builder<'_> {
             } else {
                 vec![values.len() as u64]
             };
-            members.push((key.clone(), self.values(&format!("{path}/{key}"), shape, values)));
+            members.push((
+                key.clone(),
+                self.values(&format!("{path}/{key}"), shape, values),
+            ));
         }
         Ok(group(encoding_attrs(Encoding::Dict), members))
     }
@@ -853,10 +866,16 @@ fn build(store: &Arc<ZarrStore>) -> io::Result<ZarrGroup> {
     let mut members: Vec<(String, ZarrNode)> = Vec::new();
     let obs_frame = lazy_frame(&experiment.obs, &obs_rows);
     let obs_index = frame_index(&experiment.obs, "obs_id");
-    members.push(("obs".into(), b.frame("obs", obs_frame, &obs_rows, obs_index)?));
+    members.push((
+        "obs".into(),
+        b.frame("obs", obs_frame, &obs_rows, obs_index)?,
+    ));
     let var_frame = lazy_frame(&m.var, &var_rows);
     let var_index = frame_index(&m.var, "var_id");
-    members.push(("var".into(), b.frame("var", var_frame, &var_rows, var_index)?));
+    members.push((
+        "var".into(),
+        b.frame("var", var_frame, &var_rows, var_index)?,
+    ));
 
     let along = |array: &Arc<ArrayObject>, rows: &Arc<AxisRows>, cols: Columns| MatrixSource {
         array: array.clone(),
@@ -887,7 +906,10 @@ fn build(store: &Arc<ZarrStore>) -> io::Result<ZarrGroup> {
     }
     for (part, named, rows) in [("obsp", &m.obsp, &obs), ("varp", &m.varp, &var)] {
         let source = |n: &Named| along(&n.array, rows, Columns::Rows(rows.clone()));
-        members.push((part.into(), b.matrices(part, named, source, Layout::Sparse)?));
+        members.push((
+            part.into(),
+            b.matrices(part, named, source, Layout::Sparse)?,
+        ));
     }
     let uns = match &m.uns {
         Some(collection) => b.uns("uns", collection)?,
