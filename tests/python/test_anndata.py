@@ -239,7 +239,7 @@ def test_category_h5ad_equals_to_anndata_of_its_cells(
 def test_anndata_lists_measurements_and_categories(mounts):
     root = Path(mounts("pbmc"))
     assert "anndata" in os.listdir(root)
-    assert sorted(os.listdir(root / "anndata")) == ["RNA.h5ad", "by", "raw.h5ad"]
+    assert sorted(os.listdir(root / "anndata")) == ["RNA.h5ad", "RNA.zarr", "by", "raw.h5ad", "raw.zarr"]
     assert sorted(os.listdir(root / "anndata" / "by")) == ["bulk_labels", "louvain", "phase"]
     phases = sorted(os.listdir(root / "anndata" / "by" / "phase"))
     assert phases == ["G1", "G2M", "S", "__null__"]
