@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{Array as _, ArrayRef, RecordBatch};
-use log::warn;
+use log::{debug, warn};
 
 use crate::tiledb::{Metadata, ObjectType, Value};
 
@@ -441,35 +441,19 @@ pub fn read_cells(
     rows: Option<&[i64]>,
     mut visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
 ) -> Result<()> {
-    read_matrix(array, rows, None, |batch, row_ids, col_ids| {
+    read_matrix(array, rows, |batch, row_ids, col_ids| {
         visit(row_ids, col_ids, batch.column(2))
     })
 }
 
-/// Reads a two-dimensional array's coordinates alone (no values), as [`read_cells`] reads
-/// its cells.
-pub fn read_coordinates(
-    array: &ArrayObject,
-    rows: Option<&[i64]>,
-    mut visit: impl FnMut(&[i64], &[i64]) -> std::io::Result<()>,
-) -> Result<()> {
-    read_matrix(array, rows, Some(Vec::new()), |_, row_ids, col_ids| {
-        visit(row_ids, col_ids)
-    })
-}
-
-/// Reads a two-dimensional array's cells (with the value columns `columns`; `None`: all)
-/// in the rows `rows` (all when `None`), a batch at a time with its coordinates.
+/// Reads a two-dimensional array's cells in the rows `rows` (all when `None`), a batch at
+/// a time with its coordinates.
 fn read_matrix(
     array: &ArrayObject,
     rows: Option<&[i64]>,
-    columns: Option<Vec<String>>,
     mut visit: impl FnMut(&RecordBatch, &[i64], &[i64]) -> std::io::Result<()>,
 ) -> Result<()> {
-    let mut selection = Selection {
-        columns,
-        ..Selection::default()
-    };
+    let mut selection = Selection::default();
     if let Some(rows) = rows {
         // Only the runs inside the first dimension's domain (a dense read must stay in it).
         let domain = array
@@ -558,15 +542,65 @@ pub fn row_counts(
     if let Some(found) = find(&mut COUNTS.lock().recover()) {
         return Ok(found);
     }
+    let started = std::time::Instant::now();
     let mut counts = vec![0u64; rows.len()];
-    read_coordinates(array, None, |row_ids, col_ids| {
-        for (&r, &c) in row_ids.iter().zip(col_ids) {
-            if let (Some(r), Some(_)) = (rows.at(r), cols.at(c)) {
-                counts[r] += 1;
+    let index: Vec<&str> = array
+        .schema
+        .index_columns()
+        .map(|c| c.name.as_str())
+        .collect();
+    let [row_dim, col_dim] = index.as_slice() else {
+        return Err(Error::invalid(format!(
+            "{}: not two-dimensional",
+            array.uri
+        )));
+    };
+    // The column of a cell is only looked at when some could be off the axis.
+    let all_columns = match (cols, array.non_empty_domain.get(1).cloned().flatten()) {
+        (_, None) => true,
+        (cols, Some((lo, hi))) => match (lo.as_i128(), hi.as_i128()) {
+            // Every column from lo to hi is on the axis when both are, as many places apart.
+            (Some(lo), Some(hi)) => match (cols.at(lo as i64), cols.at(hi as i64)) {
+                (Some(first), Some(last)) => (last - first) as i128 == hi - lo,
+                _ => false,
+            },
+            _ => false,
+        },
+    };
+    let only: Vec<&str> = if all_columns {
+        vec![row_dim]
+    } else {
+        vec![row_dim, col_dim]
+    };
+    let mut reader = ReadAhead::start(BatchReader::open_unsorted(array, &only, BATCH_BYTES)?)?;
+    while let Some(batch) = reader.next_batch()? {
+        let dim = |i: usize| {
+            batch
+                .column(i)
+                .as_primitive_opt::<Int64Type>()
+                .map(|a| a.values().as_ref())
+                .ok_or_else(|| Error::invalid(format!("{}: dimensions are not int64", array.uri)))
+        };
+        let row_ids = dim(0)?;
+        if all_columns {
+            for &r in row_ids {
+                if let Some(r) = rows.at(r) {
+                    counts[r] += 1;
+                }
+            }
+        } else {
+            for (&r, &c) in row_ids.iter().zip(dim(1)?) {
+                if let (Some(r), Some(_)) = (rows.at(r), cols.at(c)) {
+                    counts[r] += 1;
+                }
             }
         }
-        Ok(())
-    })?;
+    }
+    debug!(
+        "{}: entries per row counted in {:?}",
+        array.uri,
+        started.elapsed()
+    );
     let counts = Arc::new(counts);
     let mut kept = COUNTS.lock().recover();
     if kept.len() >= KEPT {
