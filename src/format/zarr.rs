@@ -23,8 +23,10 @@ use arrow_array::{Array, ArrayRef, LargeStringArray};
 use arrow_schema::DataType;
 use serde_json::{json, Map, Value as Json};
 
-/// About the size of a chunk of numbers (4 MiB).
-pub const CHUNK_BYTES: u64 = 4 << 20;
+/// About the size of a chunk of numbers (1 MiB): a slice of a few rows of X reads one chunk
+/// of `data` and `indices` (262,144 float32 entries) from TileDB, not many times the rows it
+/// wants; a whole read takes 4 chunks per million entries.
+pub const CHUNK_BYTES: u64 = 1 << 20;
 /// Strings in a chunk of text.
 pub const TEXT_CHUNK_ITEMS: u64 = 1 << 16;
 
@@ -295,20 +297,20 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn chunks_hold_about_four_mib_along_the_first_dimension() {
+    fn chunks_hold_about_one_mib_along_the_first_dimension() {
         let x = ArrayMeta::new(vec![20_000_000], Dtype::Number(DataType::Float32));
-        assert_eq!(x.chunks, [1 << 20]);
-        assert_eq!(x.chunk_count(), 20_000_000u64.div_ceil(1 << 20));
-        assert_eq!(x.chunk_size(), Some(4 << 20));
+        assert_eq!(x.chunks, [1 << 18]);
+        assert_eq!(x.chunk_count(), 20_000_000u64.div_ceil(1 << 18));
+        assert_eq!(x.chunk_size(), Some(1 << 20));
         let small = ArrayMeta::new(vec![700], Dtype::Number(DataType::Int64));
         assert_eq!(
             (small.chunks.as_slice(), small.chunk_count()),
             (&[700][..], 1)
         );
         let wide = ArrayMeta::new(vec![50_000, 1_000], Dtype::Number(DataType::Float32));
-        assert_eq!(wide.chunks, [1048, 1000]);
+        assert_eq!(wide.chunks, [262, 1000]);
         assert_eq!(wide.chunk_name(3), "3.0");
-        assert_eq!(wide.chunk_rows(47), 49_256..50_000);
+        assert_eq!(wide.chunk_rows(190), 49_780..50_000);
         let scalar = ArrayMeta::new(vec![], Dtype::Text);
         assert_eq!(
             (scalar.chunk_name(0), scalar.chunk_items()),

@@ -20,7 +20,7 @@
 
 use std::io;
 use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
@@ -37,6 +37,7 @@ use crate::soma::anndata::{
 };
 use crate::soma::tenx::Positions;
 use crate::soma::ArrayObject;
+use crate::sync::Recover;
 
 use super::super::cache::CacheKey;
 use super::super::data::{generate_whole, open_generated};
@@ -294,6 +295,11 @@ impl MatrixSource {
 struct CsrSource {
     matrix: MatrixSource,
     indptr: Vec<u64>,
+    /// The entries read last.
+    last: Mutex<Option<HeldEntries>>,
+    /// Held while reading: one read at a time, so that a reader that waited may find its
+    /// entries read by the one before it.
+    reading: Mutex<()>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -314,8 +320,31 @@ impl CsrSource {
         first..end
     }
 
-    /// The values or column positions of the entries `entries`.
+    /// The values or column positions of the entries `entries`. Both are read at once and
+    /// the last read kept: a reader that wants one wants the other next.
     fn entries(&self, entries: Range<u64>, part: CsrPart) -> io::Result<ArrayRef> {
+        let held = |last: &Option<HeldEntries>| {
+            last.as_ref()
+                .filter(|held| held.entries == entries)
+                .map(|held| match part {
+                    CsrPart::Data => held.values.clone(),
+                    _ => held.columns.clone(),
+                })
+        };
+        if let Some(found) = held(&self.last.lock().recover()) {
+            return Ok(found);
+        }
+        let _reading = self.reading.lock().recover();
+        if let Some(found) = held(&self.last.lock().recover()) {
+            return Ok(found);
+        }
+        let read = self.read_entries(entries.clone())?;
+        let mut last = self.last.lock().recover();
+        *last = Some(read);
+        Ok(held(&last).expect("just held"))
+    }
+
+    fn read_entries(&self, entries: Range<u64>) -> io::Result<HeldEntries> {
         let rows = self.rows_of(&entries);
         let mut at = self.indptr.get(rows.start).copied().unwrap_or(0);
         let mut pieces: Vec<ArrayRef> = Vec::new();
@@ -328,37 +357,39 @@ impl CsrSource {
             if first >= last {
                 return Ok(());
             }
-            match part {
-                CsrPart::Data => {
-                    let values = self.matrix.values(values, keep)?;
-                    pieces.push(values.slice(first, last - first));
-                }
-                _ => columns.extend(places[first..last].iter().map(|&(_, c)| c as i64)),
-            }
+            let values = self.matrix.values(values, keep)?;
+            pieces.push(values.slice(first, last - first));
+            columns.extend(places[first..last].iter().map(|&(_, c)| c as i64));
             Ok(())
         })?;
-        let got = match part {
-            CsrPart::Data => {
-                let pieces: Vec<&dyn arrow_array::Array> =
-                    pieces.iter().map(|p| p.as_ref()).collect();
-                if pieces.is_empty() {
-                    arrow_array::new_empty_array(&self.matrix.value_type)
-                } else {
-                    arrow_select::concat::concat(&pieces).map_err(io::Error::other)?
-                }
-            }
-            _ => Arc::new(Int64Array::from(columns)) as ArrayRef,
+        let pieces: Vec<&dyn arrow_array::Array> = pieces.iter().map(|p| p.as_ref()).collect();
+        let values = if pieces.is_empty() {
+            arrow_array::new_empty_array(&self.matrix.value_type)
+        } else {
+            arrow_select::concat::concat(&pieces).map_err(io::Error::other)?
         };
-        if got.len() as u64 != entries.end - entries.start {
+        if values.len() as u64 != entries.end - entries.start {
             return Err(io::Error::other(format!(
                 "{}: {} entries read of the {} counted",
                 self.matrix.array.uri,
-                got.len(),
+                values.len(),
                 entries.end - entries.start
             )));
         }
-        Ok(got)
+        Ok(HeldEntries {
+            entries,
+            values,
+            columns: Arc::new(Int64Array::from(columns)),
+        })
     }
+}
+
+/// The entries of a CSR matrix read last: their range, values and column positions.
+#[derive(Debug)]
+struct HeldEntries {
+    entries: Range<u64>,
+    values: ArrayRef,
+    columns: ArrayRef,
 }
 
 /// A data frame's rows: read a column at a time when asked, or (uns) read whole already.
@@ -744,6 +775,8 @@ impl Builder<'_> {
         let csr = Arc::new(CsrSource {
             matrix: source,
             indptr,
+            last: Mutex::new(None),
+            reading: Mutex::new(()),
         });
         let mut attrs = encoding_attrs(Encoding::CsrMatrix);
         attrs.insert("shape".into(), json!(shape));
