@@ -10,7 +10,9 @@ docs/SEMANTICS.md "AnnData Zarr stores"):
 - `stat` of every chunk of numbers is exact before it is read; text chunks are 0 until read,
   then exact;
 - what a lazy slice costs: the chunk files of X it opens are no more than twice the chunks
-  that hold its rows' entries (counted with an audit hook on `open`).
+  that hold its rows' entries (counted with an audit hook on `open`);
+- a store that cannot be made lists only error.txt, says why in the log, and the daemon
+  keeps serving.
 
 Run: .venv/bin/python -m pytest tests/python/test_zarr.py -q
 """
@@ -18,6 +20,7 @@ Run: .venv/bin/python -m pytest tests/python/test_zarr.py -q
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sys
@@ -264,3 +267,31 @@ def test_a_lazy_slice_opens_only_the_chunks_that_hold_its_rows(atlas, soma_mount
         chunks = opened.chunks_of(part)
         assert 0 < len(chunks) <= 2 * needed, f"{part}: opened {sorted(chunks)}, {needed} hold the rows"
         assert len(chunks) < total_chunks
+
+
+def test_a_store_that_cannot_be_made_lists_only_its_error(tmp_path, soma_mount_bin):
+    """obs indexed by a name first: its rows do not come in soma_joinid order, which the
+    matrices are laid out by (as for the h5ad)."""
+    store = tmp_path / "unordered"
+    obs_schema = pa.schema([("name", pa.large_string()), ("soma_joinid", pa.int64())])
+    var_schema = pa.schema([("soma_joinid", pa.int64()), ("var_id", pa.large_string())])
+    with tiledbsoma.Experiment.create(str(store)) as exp:
+        obs = exp.add_new_dataframe(
+            "obs", schema=obs_schema, index_column_names=["name", "soma_joinid"], domain=[None, (0, 3)]
+        )
+        obs.write(pa.table({"name": ["d", "c", "b", "a"], "soma_joinid": [0, 1, 2, 3]}, schema=obs_schema))
+        rna = exp.add_new_collection("ms").add_new_collection("RNA", tiledbsoma.Measurement)
+        var = rna.add_new_dataframe("var", schema=var_schema, domain=[(0, 1)])
+        var.write(pa.table({"soma_joinid": [0, 1], "var_id": ["g0", "g1"]}, schema=var_schema))
+        x = rna.add_new_collection("X").add_new_sparse_ndarray("data", type=pa.float32(), shape=(4, 2))
+        cells = {"soma_dim_0": [0, 3], "soma_dim_1": [1, 0], "soma_data": pa.array([1.0, 2.0], pa.float32())}
+        x.write(pa.table(cells))
+    with mount_guard(store) as mp:
+        path = Path(mp, "anndata", "RNA.zarr")
+        assert os.listdir(path) == ["error.txt"]
+        assert "soma_joinid order" in (path / "error.txt").read_text()
+        with pytest.raises(OSError) as missing:
+            os.stat(path / ".zmetadata")
+        assert missing.value.errno == errno.ENOENT
+        assert "soma_joinid order" in mp.log.read_text()
+        assert Path(mp, "obs", "data.csv").read_text().count("\n") == 5
