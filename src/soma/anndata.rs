@@ -478,16 +478,22 @@ fn read_matrix(
     // Read on a thread of its own, a batch ahead: TileDB reads while the writer writes.
     let mut reader = ReadAhead::start(BatchReader::open(array, &selection, BATCH_BYTES)?)?;
     while let Some(batch) = reader.next_batch()? {
-        let dim = |i: usize| {
-            batch
-                .column(i)
-                .as_primitive_opt::<Int64Type>()
-                .map(|a| a.values().as_ref())
-                .ok_or_else(|| Error::invalid(format!("{}: dimensions are not int64", array.uri)))
-        };
-        visit(&batch, dim(0)?, dim(1)?)?;
+        visit(
+            &batch,
+            dimension(array, &batch, 0)?,
+            dimension(array, &batch, 1)?,
+        )?;
     }
     Ok(())
+}
+
+/// The coordinates of column `i` of a batch of a matrix's cells (int64).
+fn dimension<'a>(array: &ArrayObject, batch: &'a RecordBatch, i: usize) -> Result<&'a [i64]> {
+    batch
+        .column(i)
+        .as_primitive_opt::<Int64Type>()
+        .map(|a| a.values().as_ref())
+        .ok_or_else(|| Error::invalid(format!("{}: dimensions are not int64", array.uri)))
 }
 
 /// How a matrix's coordinates along one dimension map to the rows or columns of the
@@ -574,14 +580,7 @@ pub fn row_counts(
     };
     let mut reader = ReadAhead::start(BatchReader::open_unsorted(array, &only, BATCH_BYTES)?)?;
     while let Some(batch) = reader.next_batch()? {
-        let dim = |i: usize| {
-            batch
-                .column(i)
-                .as_primitive_opt::<Int64Type>()
-                .map(|a| a.values().as_ref())
-                .ok_or_else(|| Error::invalid(format!("{}: dimensions are not int64", array.uri)))
-        };
-        let row_ids = dim(0)?;
+        let row_ids = dimension(array, &batch, 0)?;
         if all_columns {
             for &r in row_ids {
                 if let Some(r) = rows.at(r) {
@@ -589,7 +588,7 @@ pub fn row_counts(
                 }
             }
         } else {
-            for (&r, &c) in row_ids.iter().zip(dim(1)?) {
+            for (&r, &c) in row_ids.iter().zip(dimension(array, &batch, 1)?) {
                 if let (Some(r), Some(_)) = (rows.at(r), cols.at(c)) {
                     counts[r] += 1;
                 }

@@ -19,7 +19,6 @@ Run: .venv/bin/python -m pytest tests/python/test_zarr.py -q
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -37,27 +36,12 @@ import zarr
 import tiledbsoma
 import tiledbsoma.io
 from conftest import mount_guard
-from test_anndata import WHOLE, assert_anndata_equal, reference
+from test_anndata import WHOLE, assert_anndata_equal, mounts, reference, unordered_store  # noqa: F401 -- mounts is a fixture
 
 pytestmark = pytest.mark.timeout(600)
 
 # The 100,000-cell experiment: cells x genes, entries per cell.
 N_OBS, N_VAR, PER_CELL = 100_000, 5_000, 40
-
-
-@pytest.fixture(scope="module")
-def mounts(fixtures_dir, soma_mount_bin):
-    """mounts(store) -> mountpoint: one daemon per store for this module."""
-    stack = contextlib.ExitStack()
-    paths: dict[str, str] = {}
-
-    def get(store: str) -> str:
-        if store not in paths:
-            paths[store] = stack.enter_context(mount_guard(fixtures_dir / store, label=f"zarr {store}"))
-        return paths[store]
-
-    with stack:
-        yield get
 
 
 def read_zarr_quietly(path) -> anndata.AnnData:
@@ -272,20 +256,7 @@ def test_a_lazy_slice_opens_only_the_chunks_that_hold_its_rows(atlas, soma_mount
 def test_a_store_that_cannot_be_made_lists_only_its_error(tmp_path, soma_mount_bin):
     """obs indexed by a name first: its rows do not come in soma_joinid order, which the
     matrices are laid out by (as for the h5ad)."""
-    store = tmp_path / "unordered"
-    obs_schema = pa.schema([("name", pa.large_string()), ("soma_joinid", pa.int64())])
-    var_schema = pa.schema([("soma_joinid", pa.int64()), ("var_id", pa.large_string())])
-    with tiledbsoma.Experiment.create(str(store)) as exp:
-        obs = exp.add_new_dataframe(
-            "obs", schema=obs_schema, index_column_names=["name", "soma_joinid"], domain=[None, (0, 3)]
-        )
-        obs.write(pa.table({"name": ["d", "c", "b", "a"], "soma_joinid": [0, 1, 2, 3]}, schema=obs_schema))
-        rna = exp.add_new_collection("ms").add_new_collection("RNA", tiledbsoma.Measurement)
-        var = rna.add_new_dataframe("var", schema=var_schema, domain=[(0, 1)])
-        var.write(pa.table({"soma_joinid": [0, 1], "var_id": ["g0", "g1"]}, schema=var_schema))
-        x = rna.add_new_collection("X").add_new_sparse_ndarray("data", type=pa.float32(), shape=(4, 2))
-        cells = {"soma_dim_0": [0, 3], "soma_dim_1": [1, 0], "soma_data": pa.array([1.0, 2.0], pa.float32())}
-        x.write(pa.table(cells))
+    store = unordered_store(tmp_path)
     with mount_guard(store) as mp:
         path = Path(mp, "anndata", "RNA.zarr")
         assert os.listdir(path) == ["error.txt"]
