@@ -148,6 +148,13 @@ def test_read_lazy_slice_equals_the_same_rows_of_to_anndata(atlas, soma_mount_bi
     assert got.X.nnz == expected.X.nnz == 100 * PER_CELL
 
 
+def test_read_zarr_of_a_store_of_many_chunks_equals_to_anndata(atlas, soma_mount_bin):
+    """X in 16 chunks of data and of indices, rows straddling their edges."""
+    with mount_guard(atlas, label="zarr atlas whole") as mp:
+        got = read_zarr_quietly(Path(mp, "anndata", "RNA.zarr"))
+    assert_anndata_equal(got, reference(atlas, "RNA"), "atlas zarr")
+
+
 # --------------------------------------------------------------------------------------
 # the store itself
 
