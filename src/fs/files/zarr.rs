@@ -9,8 +9,8 @@
 //! What the store holds is decided where the h5ad's is ([`super::h5ad`], and
 //! [`crate::format::anndata`] for encodings); the bytes are [`crate::format::zarr`]'s. A
 //! chunk of numbers or booleans has its exact size from the start (chunks are uncompressed
-//! and padded); a chunk of text is generated whole into the cache when opened (or by a
-//! `stat` with `--exact-sizes`), and has size 0 until then.
+//! and padded); a chunk of text has size 0 until it is generated. Every chunk is generated
+//! whole into the cache when opened (a text chunk also by a `stat` with `--exact-sizes`).
 //!
 //! Making the metadata needs the rows of obs and var (their join ids, and which columns
 //! hold nulls) and each CSR matrix's entries per row (its `indptr`, and the length of
@@ -41,7 +41,7 @@ use crate::sync::Recover;
 
 use super::super::cache::CacheKey;
 use super::super::data::{generate_whole, open_generated};
-use super::super::error::{FsError, FsResult};
+use super::super::error::FsResult;
 use super::super::names::file_name;
 use super::super::open_file::OpenFile;
 use super::h5ad::{
@@ -170,14 +170,9 @@ impl FileKind for ZarrChunk {
         }
     }
 
+    /// Every chunk is generated whole into the cache when opened (a chunk is small), so that
+    /// a reader that opens it again (read_lazy reads obs whole each time) reads no TileDB.
     fn open(&self, cx: &FileContext) -> FsResult<OpenFile> {
-        if self.array.meta.chunk_size().is_some() {
-            let bytes = self
-                .array
-                .chunk(self.k)
-                .map_err(|e| FsError::io(self.what(), e))?;
-            return Ok(OpenFile::Bytes(bytes.into()));
-        }
         self.generate(cx)?;
         open_generated(&cx.options.cache, &self.key, &self.what())
     }
@@ -187,9 +182,6 @@ impl FileKind for ZarrChunk {
     }
 
     fn generate(&self, cx: &FileContext) -> FsResult<()> {
-        if self.array.meta.chunk_size().is_some() {
-            return Ok(());
-        }
         generate_whole(&cx.options.cache, &self.key, &self.what(), |out| {
             out.write_all(&self.array.chunk(self.k)?)
         })
