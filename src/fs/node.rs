@@ -498,7 +498,11 @@ pub fn tenx_by_column_entries(layer: &Arc<TenxLayer>, column: &str) -> Entries {
 }
 
 /// The listing of an `anndata/` directory (see [`AnnDataDir`]).
-pub fn anndata_entries(store: &dyn Objects, dir: &AnnDataDir) -> Entries {
+pub fn anndata_entries(
+    store: &dyn Objects,
+    dir: &AnnDataDir,
+    cache: &Arc<super::cache::ContentCache>,
+) -> Entries {
     let h5ad_files = |experiment: &Arc<AnnDataExperiment>, category: &Category| -> Entries {
         let h5ad = |m| H5adFile::new(experiment.clone(), Arc::clone(m), category.clone());
         (experiment.measurements.iter())
@@ -515,7 +519,7 @@ pub fn anndata_entries(store: &dyn Objects, dir: &AnnDataDir) -> Entries {
             };
             let mut named = h5ad_files(&experiment, &None);
             for m in &experiment.measurements {
-                let store = ZarrStore::new(experiment.clone(), m.clone());
+                let store = ZarrStore::new(experiment.clone(), m.clone(), cache.clone());
                 let dir = NodeKind::Zarr(ZarrDir::Store(store));
                 named.push((format!("{}.zarr", file_name(&m.name)), dir));
             }

@@ -273,3 +273,21 @@ def test_a_store_that_cannot_be_made_lists_only_its_error(tmp_path, soma_mount_b
         assert missing.value.errno == errno.ENOENT
         assert "soma_joinid order" in mp.log.read_text()
         assert Path(mp, "obs", "data.csv").read_text().count("\n") == 5
+
+
+def test_entries_per_row_are_counted_once_for_daemons_that_share_a_cache(atlas, tmp_path, soma_mount_bin):
+    """The first daemon counts X's entries per row (its log says so at -vv) and keeps them
+    in the cache; one started again on the same cache reads them from there, and serves
+    the same X."""
+    cache = tmp_path / "cache"
+    xs = []
+    counted = []
+    for _ in range(2):
+        with mount_guard(atlas, "--cache-dir", cache, "-vv", label="zarr counts") as mp:
+            store = Path(mp, "anndata", "RNA.zarr")
+            xs.append((store / "X" / "indptr" / "0").read_bytes())
+            counted.append("entries per row counted" in mp.log.read_text())
+    assert counted == [True, False]
+    assert xs[0] == xs[1]
+    indptr = np.frombuffer(xs[0], dtype="<i8")[: N_OBS + 1]
+    assert np.array_equal(np.diff(indptr), np.full(N_OBS, PER_CELL))

@@ -15,8 +15,9 @@
 //! Making the metadata needs the rows of obs and var (their join ids, and which columns
 //! hold nulls) and each CSR matrix's entries per row (its `indptr`, and the length of
 //! `data` and `indices`): counted from the coordinates alone, once per array snapshot
-//! ([`anndata::row_counts`]). A chunk of `data` or `indices` then reads only the rows that
-//! hold its entries.
+//! ([`anndata::row_counts`]), and kept in the cache, so that a daemon started again on the
+//! same cache does not count them again. A chunk of `data` or `indices` then reads only the
+//! rows that hold its entries.
 
 use std::io;
 use std::ops::Range;
@@ -39,7 +40,7 @@ use crate::soma::tenx::Positions;
 use crate::soma::ArrayObject;
 use crate::sync::Recover;
 
-use super::super::cache::CacheKey;
+use super::super::cache::{CacheKey, ContentCache};
 use super::super::data::{generate_whole, open_generated};
 use super::super::error::FsResult;
 use super::super::names::file_name;
@@ -51,10 +52,11 @@ use super::h5ad::{
 use super::{FileContext, FileKind};
 
 /// A measurement as an AnnData Zarr store; its tree is made when first asked for.
-#[derive(Debug)]
 pub struct ZarrStore {
     experiment: Arc<AnnDataExperiment>,
     measurement: Arc<AnnDataMeasurement>,
+    /// Where the entries per row of its CSR matrices are kept, with the chunks.
+    cache: Arc<ContentCache>,
     root: OnceLock<Result<Arc<ZarrGroup>, String>>,
 }
 
@@ -84,14 +86,22 @@ pub struct ZarrArray {
     store: Arc<ZarrStore>,
 }
 
+impl std::fmt::Debug for ZarrStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what())
+    }
+}
+
 impl ZarrStore {
     pub fn new(
         experiment: Arc<AnnDataExperiment>,
         measurement: Arc<AnnDataMeasurement>,
+        cache: Arc<ContentCache>,
     ) -> Arc<ZarrStore> {
         Arc::new(ZarrStore {
             experiment,
             measurement,
+            cache,
             root: OnceLock::new(),
         })
     }
@@ -750,7 +760,7 @@ impl Builder<'_> {
             let attrs = encoding_attrs(Encoding::Array);
             return Ok(self.array(path, meta, attrs, Content::Dense(Arc::new(source))));
         }
-        let counts = anndata::row_counts(&source.array, (rows, cols), &source.axes_id())?;
+        let counts = self.row_counts(&source)?;
         let mut indptr = Vec::with_capacity(counts.len() + 1);
         let mut total = 0u64;
         indptr.push(0);
@@ -797,6 +807,42 @@ impl Builder<'_> {
             })
             .collect();
         Ok(group(attrs, members))
+    }
+
+    /// A matrix's entries per row: from the cache, where they are kept per array snapshot
+    /// (and obs's and var's) across daemons that share it; else counted, and kept there.
+    fn row_counts(&self, source: &MatrixSource) -> io::Result<Arc<Vec<u64>>> {
+        let axes_id = source.axes_id();
+        let key = CacheKey::of(|digest| {
+            digest
+                .text("entries per row")
+                .text(&source.array.content_id)
+                .text(&axes_id);
+        });
+        let cache = &self.store.cache;
+        if let Some((file, size)) = cache.open_entry(&key) {
+            let mut bytes = Vec::with_capacity(size as usize);
+            io::Read::read_to_end(&mut &file, &mut bytes)?;
+            let counts: Vec<u64> = bytes
+                .chunks_exact(8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect();
+            if counts.len() == source.axes().0.len() {
+                return Ok(Arc::new(counts));
+            }
+        }
+        let (rows, cols) = source.axes();
+        let counts = anndata::row_counts(&source.array, (rows, cols), &axes_id)?;
+        let what = format!("{}: entries per row", source.array.uri);
+        let kept = generate_whole(cache, &key, &what, |out| {
+            counts
+                .iter()
+                .try_for_each(|count| out.write_all(&count.to_le_bytes()))
+        });
+        if let Err(e) = kept {
+            warn!("{what} cannot be kept in the cache: {e:?}");
+        }
+        Ok(counts)
     }
 
     /// A mapping of matrices (`layers`, `obsm`, …).
