@@ -252,8 +252,9 @@ impl MatrixSource {
         }
     }
 
-    /// Visits the cells of the rows `rows` (positions) on the axes, in order: (row
-    /// position, column position, value index in the batch) with the batch's values.
+    /// Visits the cells of the rows `rows` (positions), in order, a batch at a time: the
+    /// places (row, column) of the cells on the axes, which of the batch's cells are (the
+    /// others are left out), and the batch's values.
     fn cells(
         &self,
         rows: Range<usize>,
@@ -394,19 +395,37 @@ struct HeldEntries {
     columns: ArrayRef,
 }
 
-/// A data frame's rows: read a column at a time when asked, or (uns) read whole already.
+/// A data frame's rows.
 #[derive(Debug)]
 struct FrameSource {
     frame: Arc<ArrayObject>,
-    joinids: Vec<i64>,
-    whole: Option<Vec<RecordBatch>>,
+    rows: FrameRowsAt,
+}
+
+/// Where a data frame's rows are.
+#[derive(Debug)]
+enum FrameRowsAt {
+    /// In the array, read a column at a time when asked: the rows of these join ids.
+    Array(Vec<i64>),
+    /// Read whole already (uns): the batches, and how many rows they hold.
+    Read(Vec<RecordBatch>, usize),
 }
 
 impl FrameSource {
+    fn len(&self) -> usize {
+        match &self.rows {
+            FrameRowsAt::Array(joinids) => joinids.len(),
+            FrameRowsAt::Read(_, count) => *count,
+        }
+    }
+
     fn column(&self, name: &str, rows: Range<usize>) -> io::Result<ArrayRef> {
-        let Some(batches) = &self.whole else {
-            let joinids = &self.joinids[rows];
-            return Ok(anndata::read_frame_column(&self.frame, name, joinids)?);
+        let batches = match &self.rows {
+            FrameRowsAt::Array(joinids) => {
+                let joinids = &joinids[rows];
+                return Ok(anndata::read_frame_column(&self.frame, name, joinids)?);
+            }
+            FrameRowsAt::Read(batches, _) => batches,
         };
         let pieces = batches
             .iter()
@@ -612,7 +631,7 @@ impl Builder<'_> {
         dtype: Dtype,
         encoding: Option<Encoding>,
     ) -> ZarrNode {
-        let meta = ArrayMeta::new(vec![frame.joinids.len() as u64], dtype);
+        let meta = ArrayMeta::new(vec![frame.len() as u64], dtype);
         let content = Content::Column {
             frame: frame.clone(),
             column: column.to_owned(),
@@ -884,8 +903,7 @@ impl Builder<'_> {
                         }
                         let frame = Arc::new(FrameSource {
                             frame: array.clone(),
-                            joinids: vec![0; rows.count],
-                            whole: Some(batches),
+                            rows: FrameRowsAt::Read(batches, rows.count),
                         });
                         self.frame(&at, frame, &rows, index)?
                     }
@@ -930,8 +948,7 @@ fn build(store: &Arc<ZarrStore>) -> io::Result<ZarrGroup> {
     let lazy_frame = |frame: &Arc<ArrayObject>, rows: &FrameRows| {
         Arc::new(FrameSource {
             frame: frame.clone(),
-            joinids: rows.joinids.clone(),
-            whole: None,
+            rows: FrameRowsAt::Array(rows.joinids.clone()),
         })
     };
     let mut members: Vec<(String, ZarrNode)> = Vec::new();
