@@ -8,7 +8,7 @@
 //! what they hold does not grow with the array.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
@@ -22,7 +22,6 @@ use super::object::{ArrayObject, GroupObject, Objects, SomaObject, SomaType};
 use super::reader::{labels_array, BatchReader, ReadAhead, Selection, BATCH_BYTES};
 use super::schema::Column;
 use super::tenx::{joinids, Positions};
-use crate::sync::Recover;
 
 /// The metadata key where tiledbsoma's `from_anndata` records the name of the column that
 /// was the data frame's index (JSON: a string, or null).
@@ -527,27 +526,10 @@ impl Axis<'_> {
     }
 }
 
-/// Entries per row of a matrix (those whose row and column are on `rows` and `cols`), as
-/// computed last for the same array snapshot and `axes_id` (what identifies the axes: the
-/// snapshots of obs and var), else counted now from the coordinates alone.
-pub fn row_counts(
-    array: &ArrayObject,
-    (rows, cols): (Axis, Axis),
-    axes_id: &str,
-) -> Result<Arc<Vec<u64>>> {
-    /// Counts kept: a few matrices of a few stores at once.
-    const KEPT: usize = 32;
-    static COUNTS: Mutex<Vec<(String, Arc<Vec<u64>>)>> = Mutex::new(Vec::new());
-    let key = format!("{}\n{axes_id}", array.content_id);
-    let find = |counts: &mut Vec<(String, Arc<Vec<u64>>)>| {
-        let at = counts.iter().position(|(k, _)| *k == key)?;
-        let found = counts.remove(at);
-        counts.push(found.clone());
-        Some(found.1)
-    };
-    if let Some(found) = find(&mut COUNTS.lock().recover()) {
-        return Ok(found);
-    }
+/// Entries per row of a matrix (those whose row and column are on `rows` and `cols`),
+/// counted from the coordinates alone: the first dimension's, and the second's only when
+/// some columns may be off the axis; read in no particular order.
+pub fn row_counts(array: &ArrayObject, (rows, cols): (Axis, Axis)) -> Result<Vec<u64>> {
     let started = std::time::Instant::now();
     let mut counts = vec![0u64; rows.len()];
     let index: Vec<&str> = array
@@ -600,12 +582,6 @@ pub fn row_counts(
         array.uri,
         started.elapsed()
     );
-    let counts = Arc::new(counts);
-    let mut kept = COUNTS.lock().recover();
-    if kept.len() >= KEPT {
-        kept.remove(0);
-    }
-    kept.push((key, counts.clone()));
     Ok(counts)
 }
 

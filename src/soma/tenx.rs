@@ -169,6 +169,11 @@ impl Positions {
         self.ids.len()
     }
 
+    /// The join ids, sorted: the one at position `p` (0-based) is `ids()[p]`.
+    pub fn ids(&self) -> &[i64] {
+        &self.ids
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }

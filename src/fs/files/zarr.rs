@@ -201,22 +201,25 @@ impl FileKind for ZarrChunk {
 // ---------------------------------------------------------------------------------------
 // where chunks come from
 
-/// The rows of obs or var: their join ids in order, and each one's place.
+/// The rows of obs or var: their join ids in order, each at its place.
 #[derive(Debug)]
 struct AxisRows {
-    joinids: Vec<i64>,
     positions: Positions,
     /// What identifies them: the data frame's snapshot.
     id: String,
 }
 
 impl AxisRows {
-    fn new(frame: &ArrayObject, rows: &FrameRows) -> Arc<AxisRows> {
+    /// The rows a first pass over a data frame found (their join ids are taken).
+    fn new(frame: &ArrayObject, rows: &mut FrameRows) -> Arc<AxisRows> {
         Arc::new(AxisRows {
-            joinids: rows.joinids.clone(),
-            positions: Positions::new(rows.joinids.clone()),
+            positions: Positions::new(std::mem::take(&mut rows.joinids)),
             id: frame.content_id.clone(),
         })
+    }
+
+    fn joinids(&self) -> &[i64] {
+        self.positions.ids()
     }
 }
 
@@ -264,7 +267,7 @@ impl MatrixSource {
             return Ok(());
         }
         let (row_axis, col_axis) = self.axes();
-        let joinids = &self.rows.joinids[rows];
+        let joinids = &self.rows.joinids()[rows];
         anndata::read_cells(&self.array, Some(joinids), |row_ids, col_ids, values| {
             let mut places = Vec::with_capacity(row_ids.len());
             let mut keep = Vec::with_capacity(row_ids.len());
@@ -405,8 +408,8 @@ struct FrameSource {
 /// Where a data frame's rows are.
 #[derive(Debug)]
 enum FrameRowsAt {
-    /// In the array, read a column at a time when asked: the rows of these join ids.
-    Array(Vec<i64>),
+    /// In the array, read a column at a time when asked: obs's or var's rows.
+    Array(Arc<AxisRows>),
     /// Read whole already (uns): the batches, and how many rows they hold.
     Read(Vec<RecordBatch>, usize),
 }
@@ -414,15 +417,15 @@ enum FrameRowsAt {
 impl FrameSource {
     fn len(&self) -> usize {
         match &self.rows {
-            FrameRowsAt::Array(joinids) => joinids.len(),
+            FrameRowsAt::Array(rows) => rows.joinids().len(),
             FrameRowsAt::Read(_, count) => *count,
         }
     }
 
     fn column(&self, name: &str, rows: Range<usize>) -> io::Result<ArrayRef> {
         let batches = match &self.rows {
-            FrameRowsAt::Array(joinids) => {
-                let joinids = &joinids[rows];
+            FrameRowsAt::Array(axis) => {
+                let joinids = &axis.joinids()[rows];
                 return Ok(anndata::read_frame_column(&self.frame, name, joinids)?);
             }
             FrameRowsAt::Read(batches, _) => batches,
@@ -779,14 +782,14 @@ impl Builder<'_> {
             let attrs = encoding_attrs(Encoding::Array);
             return Ok(self.array(path, meta, attrs, Content::Dense(Arc::new(source))));
         }
-        let counts = self.row_counts(&source)?;
-        let mut indptr = Vec::with_capacity(counts.len() + 1);
+        // The counts become the offsets where each row ends, then where each starts.
+        let mut indptr = self.row_counts(&source)?;
         let mut total = 0u64;
-        indptr.push(0);
-        for count in counts.iter() {
-            total += count;
-            indptr.push(total);
+        for count in indptr.iter_mut() {
+            total += *count;
+            *count = total;
         }
+        indptr.insert(0, 0);
         let index_type = if shape[1] <= i32::MAX as u64 {
             DataType::Int32
         } else {
@@ -830,7 +833,7 @@ impl Builder<'_> {
 
     /// A matrix's entries per row: from the cache, where they are kept per array snapshot
     /// (and obs's and var's) across daemons that share it; else counted, and kept there.
-    fn row_counts(&self, source: &MatrixSource) -> io::Result<Arc<Vec<u64>>> {
+    fn row_counts(&self, source: &MatrixSource) -> io::Result<Vec<u64>> {
         let axes_id = source.axes_id();
         let key = CacheKey::of(|digest| {
             digest
@@ -847,11 +850,11 @@ impl Builder<'_> {
                 .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
                 .collect();
             if counts.len() == source.axes().0.len() {
-                return Ok(Arc::new(counts));
+                return Ok(counts);
             }
         }
         let (rows, cols) = source.axes();
-        let counts = anndata::row_counts(&source.array, (rows, cols), &axes_id)?;
+        let counts = anndata::row_counts(&source.array, (rows, cols))?;
         let what = format!("{}: entries per row", source.array.uri);
         let kept = generate_whole(cache, &key, &what, |out| {
             counts
@@ -941,24 +944,24 @@ fn build(store: &Arc<ZarrStore>) -> io::Result<ZarrGroup> {
     let experiment = &store.experiment;
     let m = &*store.measurement;
     let b = Builder { store };
-    let obs_rows = anndata::scan_rows(&experiment.obs, &None)?;
-    let var_rows = anndata::scan_rows(&m.var, &None)?;
-    let obs = AxisRows::new(&experiment.obs, &obs_rows);
-    let var = AxisRows::new(&m.var, &var_rows);
-    let lazy_frame = |frame: &Arc<ArrayObject>, rows: &FrameRows| {
+    let mut obs_rows = anndata::scan_rows(&experiment.obs, &None)?;
+    let mut var_rows = anndata::scan_rows(&m.var, &None)?;
+    let obs = AxisRows::new(&experiment.obs, &mut obs_rows);
+    let var = AxisRows::new(&m.var, &mut var_rows);
+    let lazy_frame = |frame: &Arc<ArrayObject>, rows: &Arc<AxisRows>| {
         Arc::new(FrameSource {
             frame: frame.clone(),
-            rows: FrameRowsAt::Array(rows.joinids.clone()),
+            rows: FrameRowsAt::Array(rows.clone()),
         })
     };
     let mut members: Vec<(String, ZarrNode)> = Vec::new();
-    let obs_frame = lazy_frame(&experiment.obs, &obs_rows);
+    let obs_frame = lazy_frame(&experiment.obs, &obs);
     let obs_index = frame_index(&experiment.obs, "obs_id");
     members.push((
         "obs".into(),
         b.frame("obs", obs_frame, &obs_rows, obs_index)?,
     ));
-    let var_frame = lazy_frame(&m.var, &var_rows);
+    let var_frame = lazy_frame(&m.var, &var);
     let var_index = frame_index(&m.var, "var_id");
     members.push((
         "var".into(),
@@ -985,7 +988,7 @@ fn build(store: &Arc<ZarrStore>) -> io::Result<ZarrGroup> {
     ));
     // obsm and varm are dense, as to_anndata reads them.
     for (part, named, rows) in [("obsm", &m.obsm, &obs), ("varm", &m.varm, &var)] {
-        let count = rows.joinids.len() as u64;
+        let count = rows.joinids().len() as u64;
         let source = |n: &Named| {
             let width = anndata::matrix_width(&n.array, count) as usize;
             along(&n.array, rows, Columns::Indices(width))
