@@ -24,47 +24,14 @@ use arrow_array::{
     Array, ArrayRef, ArrowPrimitiveType, BooleanArray, Int32Array, Int64Array, LargeStringArray,
     RecordBatch,
 };
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::DataType;
 use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, File, Group, H5Type, Location};
 use hdf5_metno as hdf5;
 use ndarray::ArrayView2;
 
-use super::text::{Scratch, TextBuf, TextEncoder, TextKind};
-
-/// An element's `encoding-type` and `encoding-version`.
-#[derive(Debug, Clone, Copy)]
-enum Encoding {
-    AnnData,
-    Dict,
-    DataFrame,
-    Array,
-    StringArray,
-    Categorical,
-    NullableBoolean,
-    NullableString,
-    CsrMatrix,
-    NumericScalar,
-    String,
-}
-
-impl Encoding {
-    fn type_and_version(self) -> (&'static str, &'static str) {
-        match self {
-            Encoding::AnnData => ("anndata", "0.1.0"),
-            Encoding::Dict => ("dict", "0.1.0"),
-            Encoding::DataFrame => ("dataframe", "0.2.0"),
-            Encoding::Array => ("array", "0.2.0"),
-            Encoding::StringArray => ("string-array", "0.2.0"),
-            Encoding::Categorical => ("categorical", "0.2.0"),
-            Encoding::NullableBoolean => ("nullable-boolean", "0.1.0"),
-            Encoding::NullableString => ("nullable-string-array", "0.1.0"),
-            Encoding::CsrMatrix => ("csr_matrix", "0.1.0"),
-            Encoding::NumericScalar => ("numeric-scalar", "0.2.0"),
-            Encoding::String => ("string", "0.2.0"),
-        }
-    }
-}
+use super::anndata::{texts, ColumnEncoding, Encoding};
+pub use super::anndata::{Categories, ColumnSpec};
 
 fn h5_error(e: hdf5::Error) -> io::Error {
     io::Error::other(format!("HDF5: {e}"))
@@ -394,46 +361,6 @@ fn finish_masked<T: H5Type + Clone>(
     }
 }
 
-/// A column's values as text (see [`Texts`]).
-fn texts(values: &ArrayRef) -> io::Result<LargeStringArray> {
-    let as_text = |array: &ArrayRef| -> io::Result<LargeStringArray> {
-        Ok(arrow_cast::cast(array, &DataType::LargeUtf8)
-            .map_err(io::Error::other)?
-            .as_string::<i64>()
-            .clone())
-    };
-    match values.data_type() {
-        DataType::LargeUtf8 | DataType::Utf8 => as_text(values),
-        DataType::Dictionary(_, labels)
-            if matches!(**labels, DataType::LargeUtf8 | DataType::Utf8) =>
-        {
-            as_text(values)
-        }
-        _ => csv_texts(values),
-    }
-}
-
-/// Values as the CSV files spell them, one per row (nulls stay null). Only for types whose
-/// CSV text is never quoted: numbers, booleans, binary (hex), dates and timestamps.
-fn csv_texts(values: &ArrayRef) -> io::Result<LargeStringArray> {
-    let schema = Arc::new(Schema::new(vec![Field::new(
-        "value",
-        values.data_type().clone(),
-        true,
-    )]));
-    let batch =
-        RecordBatch::try_new(schema.clone(), vec![values.clone()]).map_err(io::Error::other)?;
-    let mut text = TextBuf::default();
-    TextEncoder::new(TextKind::Csv, &schema).encode(&batch, &mut text, &mut Scratch::default())?;
-    let text = std::str::from_utf8(text.as_bytes()).map_err(io::Error::other)?;
-    let nulls = values.logical_nulls();
-    Ok(text
-        .lines()
-        .enumerate()
-        .map(|(i, line)| nulls.as_ref().is_none_or(|n| n.is_valid(i)).then_some(line))
-        .collect())
-}
-
 /// A categorical's codes: the dictionary keys, -1 for null.
 struct Codes {
     codes: Box<dyn Sink>,
@@ -457,23 +384,6 @@ impl Sink for Codes {
     }
 }
 
-/// The categories of a categorical column, and whether their order means something.
-#[derive(Debug, Clone)]
-pub struct Categories {
-    pub labels: ArrayRef,
-    pub ordered: bool,
-}
-
-/// One column of an element: its name, the Arrow type its values come in, whether any of
-/// them is null, and for a dictionary its categories.
-#[derive(Debug, Clone)]
-pub struct ColumnSpec {
-    pub name: String,
-    pub data_type: DataType,
-    pub has_nulls: bool,
-    pub categories: Option<Categories>,
-}
-
 /// The sink that writes a column as anndata (and pandas, reading Arrow) would hold it:
 ///
 /// - numbers as an array of their own type; integers with nulls as float64 with NaN, as
@@ -489,11 +399,25 @@ fn column_sink(parent: &Group, column: &ColumnSpec, extent: Extent) -> io::Resul
             numbers::<$arrow>(parent, name, extent, $null)
         };
     }
-    match &column.data_type {
-        t if t.is_integer() && column.has_nulls => Ok(Box::new(Cast {
-            to: DataType::Float64,
-            inner: exact!(Float64Type, f64::NAN)?,
-        })),
+    let numbers = match column.encoding() {
+        ColumnEncoding::Numbers(stored) => stored,
+        ColumnEncoding::Booleans { nullable } => {
+            let (values, mask) = masked(parent, name, nullable, Encoding::NullableBoolean, extent)?;
+            return Ok(Box::new(Booleans { values, mask }));
+        }
+        ColumnEncoding::Categorical { code_type } => {
+            let categories = column
+                .categories
+                .as_ref()
+                .ok_or_else(|| io::Error::other(format!("column {name} has no categories")))?;
+            return categorical(parent, name, categories, code_type, extent);
+        }
+        ColumnEncoding::Texts { nullable } => {
+            let (values, mask) = masked(parent, name, nullable, Encoding::NullableString, extent)?;
+            return Ok(Box::new(Texts { values, mask }));
+        }
+    };
+    let sink = match &numbers {
         DataType::Int8 => exact!(Int8Type, 0),
         DataType::Int16 => exact!(Int16Type, 0),
         DataType::Int32 => exact!(Int32Type, 0),
@@ -504,30 +428,22 @@ fn column_sink(parent: &Group, column: &ColumnSpec, extent: Extent) -> io::Resul
         DataType::UInt64 => exact!(UInt64Type, 0),
         DataType::Float32 => exact!(Float32Type, f32::NAN),
         DataType::Float64 => exact!(Float64Type, f64::NAN),
-        DataType::Boolean => {
-            let nullable = column.has_nulls;
-            let (values, mask) = masked(parent, name, nullable, Encoding::NullableBoolean, extent)?;
-            Ok(Box::new(Booleans { values, mask }))
-        }
-        DataType::Dictionary(..) => {
-            let categories = column
-                .categories
-                .as_ref()
-                .ok_or_else(|| io::Error::other(format!("column {name} has no categories")))?;
-            categorical(parent, name, categories, extent)
-        }
-        _ => {
-            let nullable = column.has_nulls;
-            let (values, mask) = masked(parent, name, nullable, Encoding::NullableString, extent)?;
-            Ok(Box::new(Texts { values, mask }))
-        }
+        other => Err(io::Error::other(format!("{name}: numbers of {other}"))),
+    }?;
+    if numbers == column.data_type {
+        return Ok(sink);
     }
+    Ok(Box::new(Cast {
+        to: numbers,
+        inner: sink,
+    }))
 }
 
 fn categorical(
     parent: &Group,
     name: &str,
     categories: &Categories,
+    code_type: DataType,
     extent: Extent,
 ) -> io::Result<Box<dyn Sink>> {
     let element = new_group(parent, name, Encoding::Categorical)?;
@@ -542,13 +458,6 @@ fn categorical(
         &[categories.labels.len()],
         &categories.labels,
     )?;
-    // The smallest signed type that holds every code, as pandas picks it.
-    let code_type = match categories.labels.len() {
-        n if n < 1 << 7 => DataType::Int8,
-        n if n < 1 << 15 => DataType::Int16,
-        n if n < 1 << 31 => DataType::Int32,
-        _ => DataType::Int64,
-    };
     let codes = match code_type {
         DataType::Int8 => numbers::<Int8Type>(&element, "codes", extent, -1)?,
         DataType::Int16 => numbers::<Int16Type>(&element, "codes", extent, -1)?,

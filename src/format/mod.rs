@@ -3,6 +3,7 @@
 //! documents ([`json`]), CSV, TSV and JSON Lines ([`text`]), Parquet ([`parquet`]),
 //! NumPy `.npy` ([`npy`]) and anndata's h5ad ([`h5ad`]).
 
+pub mod anndata;
 pub mod h5ad;
 pub mod json;
 pub mod mtx;
@@ -10,6 +11,7 @@ pub mod npy;
 pub mod parquet;
 pub mod png;
 pub mod text;
+pub mod zarr;
 
 use std::io::{self, Write};
 use std::sync::mpsc;

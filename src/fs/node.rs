@@ -16,7 +16,7 @@ use crate::tiledb::{Datatype, ObjectType, Value};
 
 use super::files::{
     Document, FileKind, H5adFile, NpyFile, PngFile, SpatialDoc, Table, TableFile, TenxFile,
-    TenxPart,
+    TenxPart, ZarrArray, ZarrChunk, ZarrDocument, ZarrGroup, ZarrNode, ZarrStore,
 };
 use super::names::file_name;
 use super::slice_name::{self, ColumnKind, SliceName, SliceRange};
@@ -57,14 +57,26 @@ pub enum NodeKind {
     ByValue(Table),
     /// `anndata/` of an experiment, or a directory under its `by/`.
     AnnData(AnnDataDir),
+    /// `anndata/<measurement>.zarr/` and the groups and arrays in it.
+    Zarr(ZarrDir),
     File(Arc<dyn FileKind>),
+}
+
+/// The directories of an AnnData Zarr store.
+#[derive(Debug, Clone)]
+pub enum ZarrDir {
+    /// The store's root: its metadata (made on the first listing) and its groups.
+    Store(Arc<ZarrStore>),
+    Group(Arc<ZarrGroup>),
+    /// An array: its metadata and a file per chunk.
+    Array(Arc<ZarrArray>),
 }
 
 /// The directories of AnnData views.
 #[derive(Debug, Clone)]
 pub enum AnnDataDir {
-    /// `anndata/`: `<measurement>.h5ad` for each measurement, and `by/` (opening obs and
-    /// every part of each measurement).
+    /// `anndata/`: `<measurement>.h5ad` and `<measurement>.zarr/` for each measurement,
+    /// and `by/` (opening obs and every part of each measurement).
     Experiment(Arc<SomaObject>),
     /// `anndata/by/`: obs's enumerated columns.
     By(Arc<AnnDataExperiment>),
@@ -486,7 +498,11 @@ pub fn tenx_by_column_entries(layer: &Arc<TenxLayer>, column: &str) -> Entries {
 }
 
 /// The listing of an `anndata/` directory (see [`AnnDataDir`]).
-pub fn anndata_entries(store: &dyn Objects, dir: &AnnDataDir) -> Entries {
+pub fn anndata_entries(
+    store: &dyn Objects,
+    dir: &AnnDataDir,
+    cache: &Arc<super::cache::ContentCache>,
+) -> Entries {
     let h5ad_files = |experiment: &Arc<AnnDataExperiment>, category: &Category| -> Entries {
         let h5ad = |m| H5adFile::new(experiment.clone(), Arc::clone(m), category.clone());
         (experiment.measurements.iter())
@@ -502,6 +518,11 @@ pub fn anndata_entries(store: &dyn Objects, dir: &AnnDataDir) -> Entries {
                 return Vec::new();
             };
             let mut named = h5ad_files(&experiment, &None);
+            for m in &experiment.measurements {
+                let store = ZarrStore::new(experiment.clone(), m.clone(), cache.clone());
+                let dir = NodeKind::Zarr(ZarrDir::Store(store));
+                named.push((format!("{}.zarr", file_name(&m.name)), dir));
+            }
             if enumerated_columns(&experiment.obs).next().is_some() {
                 named.push(("by".into(), NodeKind::AnnData(AnnDataDir::By(experiment))));
             }
@@ -522,6 +543,49 @@ pub fn anndata_entries(store: &dyn Objects, dir: &AnnDataDir) -> Entries {
             })
             .collect(),
         AnnDataDir::Category(experiment, category) => h5ad_files(experiment, category),
+    }
+}
+
+/// The listing of a directory of a Zarr store: a group's `.zgroup`, `.zattrs` and members
+/// (and at the root `.zmetadata`), or an array's `.zarray`, `.zattrs` and chunks. A store
+/// that cannot be made lists only `error.txt`.
+pub fn zarr_entries(dir: &ZarrDir) -> Entries {
+    let document = |value: &serde_json::Value| file(ZarrDocument::of(value));
+    let group_entries = |group: &ZarrGroup| -> Entries {
+        let mut named = vec![
+            (".zgroup".into(), document(&crate::format::zarr::zgroup())),
+            (".zattrs".into(), document(&group.attrs.clone().into())),
+        ];
+        if let Some(consolidated) = &group.consolidated {
+            let metadata = ZarrDocument(consolidated.clone());
+            named.push((".zmetadata".into(), file(metadata)));
+        }
+        for (name, member) in &group.members {
+            let dir = match member {
+                ZarrNode::Group(group) => ZarrDir::Group(group.clone()),
+                ZarrNode::Array(array) => ZarrDir::Array(array.clone()),
+            };
+            named.push((name.clone(), NodeKind::Zarr(dir)));
+        }
+        named
+    };
+    match dir {
+        ZarrDir::Store(store) => match store.root() {
+            Ok(root) => group_entries(&root),
+            Err(message) => error_entries(&message),
+        },
+        ZarrDir::Group(group) => group_entries(group),
+        ZarrDir::Array(array) => {
+            let mut named = vec![
+                (".zarray".into(), document(&array.meta.zarray())),
+                (".zattrs".into(), document(&array.attrs.clone().into())),
+            ];
+            for k in 0..array.meta.chunk_count() {
+                let chunk = ZarrChunk::new(array.clone(), k);
+                named.push((array.meta.chunk_name(k), file(chunk)));
+            }
+            named
+        }
     }
 }
 

@@ -638,7 +638,11 @@ impl Tree {
             NodeKind::TenxByColumn(layer, column) => {
                 (None, node::tenx_by_column_entries(layer, column))
             }
-            NodeKind::AnnData(dir) => (None, node::anndata_entries(&*self.store, dir)),
+            NodeKind::AnnData(dir) => {
+                let cache = &self.files.options.cache;
+                (None, node::anndata_entries(&*self.store, dir, cache))
+            }
+            NodeKind::Zarr(dir) => (None, node::zarr_entries(dir)),
             NodeKind::File(_) => (None, Vec::new()),
         };
         let listing = match current {

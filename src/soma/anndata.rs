@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{Array as _, ArrayRef, RecordBatch};
-use log::warn;
+use log::{debug, warn};
 
 use crate::tiledb::{Metadata, ObjectType, Value};
 
@@ -21,7 +21,7 @@ use super::error::{Error, Result};
 use super::object::{ArrayObject, GroupObject, Objects, SomaObject, SomaType};
 use super::reader::{labels_array, BatchReader, ReadAhead, Selection, BATCH_BYTES};
 use super::schema::Column;
-use super::tenx::joinids;
+use super::tenx::{joinids, Positions};
 
 /// The metadata key where tiledbsoma's `from_anndata` records the name of the column that
 /// was the data frame's index (JSON: a string, or null).
@@ -286,6 +286,15 @@ impl UnsCollection {
             .filter(|(key, _)| !key.starts_with("soma_"))
     }
 
+    /// The members to_anndata keeps: those without a metadata value of the same name (a
+    /// value wins over a member).
+    pub fn members_kept(&self) -> impl Iterator<Item = &(String, UnsMember)> {
+        let values: HashSet<&str> = self.values().map(|(key, _)| key.as_str()).collect();
+        self.members
+            .iter()
+            .filter(move |(name, _)| !values.contains(name.as_str()))
+    }
+
     fn arrays<'a>(&'a self, out: &mut Vec<&'a ArrayObject>) {
         for (_, member) in &self.members {
             match member {
@@ -431,6 +440,18 @@ pub fn read_cells(
     rows: Option<&[i64]>,
     mut visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
 ) -> Result<()> {
+    read_matrix(array, rows, |batch, row_ids, col_ids| {
+        visit(row_ids, col_ids, batch.column(2))
+    })
+}
+
+/// Reads a two-dimensional array's cells in the rows `rows` (all when `None`), a batch at
+/// a time with its coordinates.
+fn read_matrix(
+    array: &ArrayObject,
+    rows: Option<&[i64]>,
+    mut visit: impl FnMut(&RecordBatch, &[i64], &[i64]) -> std::io::Result<()>,
+) -> Result<()> {
     let mut selection = Selection::default();
     if let Some(rows) = rows {
         // Only the runs inside the first dimension's domain (a dense read must stay in it).
@@ -456,16 +477,172 @@ pub fn read_cells(
     // Read on a thread of its own, a batch ahead: TileDB reads while the writer writes.
     let mut reader = ReadAhead::start(BatchReader::open(array, &selection, BATCH_BYTES)?)?;
     while let Some(batch) = reader.next_batch()? {
-        let dim = |i: usize| {
-            batch
-                .column(i)
-                .as_primitive_opt::<Int64Type>()
-                .map(|a| a.values().as_ref())
-                .ok_or_else(|| Error::invalid(format!("{}: dimensions are not int64", array.uri)))
-        };
-        visit(dim(0)?, dim(1)?, batch.column(2))?;
+        visit(
+            &batch,
+            dimension(array, &batch, 0)?,
+            dimension(array, &batch, 1)?,
+        )?;
     }
     Ok(())
+}
+
+/// The coordinates of column `i` of a batch of a matrix's cells (int64).
+fn dimension<'a>(array: &ArrayObject, batch: &'a RecordBatch, i: usize) -> Result<&'a [i64]> {
+    batch
+        .column(i)
+        .as_primitive_opt::<Int64Type>()
+        .map(|a| a.values().as_ref())
+        .ok_or_else(|| Error::invalid(format!("{}: dimensions are not int64", array.uri)))
+}
+
+/// How a matrix's coordinates along one dimension map to the rows or columns of the
+/// AnnData's matrix.
+#[derive(Clone, Copy)]
+pub enum Axis<'a> {
+    /// Join ids, each at its place among obs's or var's.
+    Joinids(&'a Positions),
+    /// Indices below this count, as they are (the columns of obsm and varm).
+    Indices(usize),
+}
+
+impl Axis<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Axis::Joinids(positions) => positions.len(),
+            Axis::Indices(count) => *count,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The place of coordinate `id` along the axis; `None`: the cell is left out.
+    pub fn at(&self, id: i64) -> Option<usize> {
+        match self {
+            Axis::Joinids(positions) => positions.get(id).map(|p| p as usize - 1),
+            Axis::Indices(count) => usize::try_from(id).ok().filter(|i| i < count),
+        }
+    }
+}
+
+/// Entries per row of a matrix (those whose row and column are on `rows` and `cols`),
+/// counted from the coordinates alone: the first dimension's, and the second's only when
+/// some columns may be off the axis; read in no particular order.
+pub fn row_counts(array: &ArrayObject, (rows, cols): (Axis, Axis)) -> Result<Vec<u64>> {
+    let started = std::time::Instant::now();
+    let mut counts = vec![0u64; rows.len()];
+    let index: Vec<&str> = array
+        .schema
+        .index_columns()
+        .map(|c| c.name.as_str())
+        .collect();
+    let [row_dim, col_dim] = index.as_slice() else {
+        return Err(Error::invalid(format!(
+            "{}: not two-dimensional",
+            array.uri
+        )));
+    };
+    // The column of a cell is only looked at when some could be off the axis.
+    let all_columns = match (cols, array.non_empty_domain.get(1).cloned().flatten()) {
+        (_, None) => true,
+        (cols, Some((lo, hi))) => match (lo.as_i128(), hi.as_i128()) {
+            // Every column from lo to hi is on the axis when both are, as many places apart.
+            (Some(lo), Some(hi)) => match (cols.at(lo as i64), cols.at(hi as i64)) {
+                (Some(first), Some(last)) => (last - first) as i128 == hi - lo,
+                _ => false,
+            },
+            _ => false,
+        },
+    };
+    let only: Vec<&str> = if all_columns {
+        vec![row_dim]
+    } else {
+        vec![row_dim, col_dim]
+    };
+    let mut reader = ReadAhead::start(BatchReader::open_unsorted(array, &only, BATCH_BYTES)?)?;
+    while let Some(batch) = reader.next_batch()? {
+        let row_ids = dimension(array, &batch, 0)?;
+        if all_columns {
+            for &r in row_ids {
+                if let Some(r) = rows.at(r) {
+                    counts[r] += 1;
+                }
+            }
+        } else {
+            for (&r, &c) in row_ids.iter().zip(dimension(array, &batch, 1)?) {
+                if let (Some(r), Some(_)) = (rows.at(r), cols.at(c)) {
+                    counts[r] += 1;
+                }
+            }
+        }
+    }
+    debug!(
+        "{}: entries per row counted in {:?}",
+        array.uri,
+        started.elapsed()
+    );
+    Ok(counts)
+}
+
+/// Reads the column `column` of a data frame's rows whose join ids are `joinids` (sorted),
+/// in that order: only those rows when the frame is indexed by `soma_joinid` first.
+pub fn read_frame_column(frame: &ArrayObject, column: &str, joinids: &[i64]) -> Result<ArrayRef> {
+    let by_joinid = frame
+        .schema
+        .index_columns()
+        .next()
+        .is_some_and(|c| c.name == "soma_joinid");
+    let mut selection = Selection {
+        columns: Some(vec![column.to_owned()]),
+        ..Selection::default()
+    };
+    if by_joinid {
+        if joinids.is_empty() {
+            let field = frame.schema.arrow().field_with_name(column).cloned();
+            let data_type = field.map_err(|e| Error::invalid(e.to_string()))?;
+            return Ok(arrow_array::new_empty_array(data_type.data_type()));
+        }
+        selection.ranges = vec![runs(joinids)
+            .into_iter()
+            .map(|(a, b)| (Value::Int(a), Value::Int(b)))
+            .collect()];
+    }
+    let mut pieces = Vec::new();
+    let mut reader = BatchReader::open(frame, &selection, BATCH_BYTES)?;
+    let wanted = Positions::new(joinids.to_vec());
+    while let Some(batch) = reader.next_batch()? {
+        let ids = super::tenx::joinids(&batch)?;
+        let keep: arrow_array::BooleanArray = ids
+            .iter()
+            .map(|&id| Some(wanted.get(id).is_some()))
+            .collect();
+        let values = batch
+            .column_by_name(column)
+            .ok_or_else(|| Error::invalid(format!("{}: no column {column}", frame.uri)))?;
+        pieces.push(
+            arrow_select::filter::filter(values, &keep)
+                .map_err(|e| Error::invalid(e.to_string()))?,
+        );
+    }
+    let pieces: Vec<&dyn arrow_array::Array> = pieces.iter().map(|p| p.as_ref()).collect();
+    let values = match pieces.as_slice() {
+        [] => {
+            let field = frame.schema.arrow().field_with_name(column).cloned();
+            let field = field.map_err(|e| Error::invalid(e.to_string()))?;
+            arrow_array::new_empty_array(field.data_type())
+        }
+        _ => arrow_select::concat::concat(&pieces).map_err(|e| Error::invalid(e.to_string()))?,
+    };
+    if values.len() != joinids.len() {
+        return Err(Error::invalid(format!(
+            "{}: {} of the {} rows asked for",
+            frame.uri,
+            values.len(),
+            joinids.len()
+        )));
+    }
+    Ok(values)
 }
 
 /// The number of columns tiledbsoma's `to_anndata` gives an obsm or varm array read as

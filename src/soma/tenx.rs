@@ -152,6 +152,7 @@ impl TenxLayer {
 }
 
 /// 1-based positions of join ids in a sorted list (contiguous ids need no lookup).
+#[derive(Debug)]
 pub struct Positions {
     ids: Vec<i64>,
     contiguous: bool,
@@ -166,6 +167,11 @@ impl Positions {
 
     pub fn len(&self) -> usize {
         self.ids.len()
+    }
+
+    /// The join ids, sorted: the one at position `p` (0-based) is `ids()[p]`.
+    pub fn ids(&self) -> &[i64] {
+        &self.ids
     }
 
     pub fn is_empty(&self) -> bool {

@@ -239,7 +239,7 @@ def test_category_h5ad_equals_to_anndata_of_its_cells(
 def test_anndata_lists_measurements_and_categories(mounts):
     root = Path(mounts("pbmc"))
     assert "anndata" in os.listdir(root)
-    assert sorted(os.listdir(root / "anndata")) == ["RNA.h5ad", "by", "raw.h5ad"]
+    assert sorted(os.listdir(root / "anndata")) == ["RNA.h5ad", "RNA.zarr", "by", "raw.h5ad", "raw.zarr"]
     assert sorted(os.listdir(root / "anndata" / "by")) == ["bulk_labels", "louvain", "phase"]
     phases = sorted(os.listdir(root / "anndata" / "by" / "phase"))
     assert phases == ["G1", "G2M", "S", "__null__"]
@@ -371,9 +371,9 @@ def test_member_named_anndata_wins_and_experiments_without_measurements_have_non
         assert_anndata_equal(got, reference(store / "plain", "RNA"), "plain")
 
 
-def test_a_file_that_cannot_be_made_is_eio_and_leaves_nothing(tmp_path):
-    """obs indexed by a name first: its rows do not come in soma_joinid order, which the
-    matrices are laid out by."""
+def unordered_store(tmp_path: Path) -> Path:
+    """An experiment whose obs is indexed by a name first: its rows do not come in
+    soma_joinid order."""
     store = tmp_path / "unordered"
     obs_schema = pa.schema([("name", pa.large_string()), ("soma_joinid", pa.int64())])
     var_schema = pa.schema([("soma_joinid", pa.int64()), ("var_id", pa.large_string())])
@@ -388,6 +388,13 @@ def test_a_file_that_cannot_be_made_is_eio_and_leaves_nothing(tmp_path):
         x = rna.add_new_collection("X").add_new_sparse_ndarray("data", type=pa.float32(), shape=(4, 2))
         cells = {"soma_dim_0": [0, 3], "soma_dim_1": [1, 0], "soma_data": pa.array([1.0, 2.0], pa.float32())}
         x.write(pa.table(cells))
+    return store
+
+
+def test_a_file_that_cannot_be_made_is_eio_and_leaves_nothing(tmp_path):
+    """obs indexed by a name first: its rows do not come in soma_joinid order, which the
+    matrices are laid out by."""
+    store = unordered_store(tmp_path)
     with mount_guard(store) as mp:
         path = Path(mp, "anndata", "RNA.h5ad")
         with pytest.raises(OSError) as failed:

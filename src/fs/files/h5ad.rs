@@ -10,7 +10,6 @@
 //! datasets batch by batch: what a generation holds is a batch, a chunk or block per dataset,
 //! and a few numbers per cell and gene (join ids, positions, entries per row).
 
-use std::collections::HashSet;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
@@ -22,7 +21,7 @@ use crate::format::h5ad::{
     self, Categories, ColumnSpec, CsrWriter, DenseWriter, FrameIndex, FrameWriter, H5ad,
 };
 use crate::soma::anndata::{
-    self, AnnDataExperiment, AnnDataMeasurement, Category, FrameRows, Named, UnsCollection,
+    self, AnnDataExperiment, AnnDataMeasurement, Axis, Category, FrameRows, Named, UnsCollection,
     UnsFrame, UnsMember,
 };
 use crate::soma::tenx::Positions;
@@ -37,6 +36,46 @@ use super::super::open_file::OpenFile;
 use super::{FileContext, FileKind};
 
 type HdfGroup = hdf5_metno::Group;
+
+/// The cache key of content made of a measurement's AnnData (`kind`: which container), or
+/// of one category of its cells; `describe` tells which part of it. Made from every array
+/// read, the names they are stored under, the uns collections' metadata and members, and
+/// the category.
+pub(super) fn measurement_key(
+    kind: &str,
+    experiment: &AnnDataExperiment,
+    m: &AnnDataMeasurement,
+    category: &Category,
+    describe: impl FnOnce(&mut crate::digest::Digest),
+) -> CacheKey {
+    let arrays = std::iter::once(&*experiment.obs).chain(m.arrays());
+    content_key(arrays, |digest| {
+        digest.text(kind).text(&m.name);
+        for (part, members) in [
+            ("X", &m.layers),
+            ("obsm", &m.obsm),
+            ("varm", &m.varm),
+            ("obsp", &m.obsp),
+            ("varp", &m.varp),
+        ] {
+            digest.text(part).number(members.len() as u64);
+            for member in members {
+                digest.text(&member.name);
+            }
+        }
+        if let Some(uns) = &m.uns {
+            uns.fingerprints(&mut |fingerprint| {
+                digest.text(fingerprint);
+            });
+        }
+        let cells = Selection {
+            equals: category.clone(),
+            ..Selection::default()
+        };
+        cells.digest_into(digest);
+        describe(digest);
+    })
+}
 
 /// A measurement (or one category of its cells) as an h5ad file.
 #[derive(Debug)]
@@ -53,35 +92,7 @@ impl H5adFile {
         measurement: Arc<AnnDataMeasurement>,
         category: Category,
     ) -> H5adFile {
-        // Every array read, the names they are stored under, the uns collections' metadata
-        // and members, and the category.
-        let arrays = std::iter::once(&*experiment.obs).chain(measurement.arrays());
-        let key = content_key(arrays, |digest| {
-            digest.text("h5ad").text(&measurement.name);
-            let m = &measurement;
-            for (part, members) in [
-                ("X", &m.layers),
-                ("obsm", &m.obsm),
-                ("varm", &m.varm),
-                ("obsp", &m.obsp),
-                ("varp", &m.varp),
-            ] {
-                digest.text(part).number(members.len() as u64);
-                for member in members {
-                    digest.text(&member.name);
-                }
-            }
-            if let Some(uns) = &m.uns {
-                uns.fingerprints(&mut |fingerprint| {
-                    digest.text(fingerprint);
-                });
-            }
-            let cells = Selection {
-                equals: category.clone(),
-                ..Selection::default()
-            };
-            cells.digest_into(digest);
-        });
+        let key = measurement_key("h5ad", &experiment, &measurement, &category, |_| {});
         H5adFile {
             experiment,
             measurement,
@@ -207,7 +218,7 @@ impl FileKind for H5adFile {
 /// What a data frame's index is: the column to_anndata takes (see
 /// [`anndata::index_column`]), else the join ids as text (to_anndata's row numbers, which
 /// AnnData turns into text, are the join ids of a whole obs written by tiledbsoma).
-fn frame_index(frame: &ArrayObject, fallback: &str) -> FrameIndex {
+pub(super) fn frame_index(frame: &ArrayObject, fallback: &str) -> FrameIndex {
     match anndata::index_column(frame, fallback) {
         Some((name, named)) => FrameIndex::Column { name, named },
         None => FrameIndex::Column {
@@ -217,23 +228,22 @@ fn frame_index(frame: &ArrayObject, fallback: &str) -> FrameIndex {
     }
 }
 
-/// A writer of a data frame's rows: every column but `soma_joinid` and the index's, in
-/// schema order, named like members (percent-encoded where HDF5 cannot hold the name).
-fn frame_writer(
-    parent: &HdfGroup,
-    name: &str,
+/// The columns of a data frame as AnnData holds them: every column but `soma_joinid` and
+/// the index's, in schema order, each with its name in the file (named like members,
+/// percent-encoded where HDF5 cannot hold the name).
+pub(super) fn frame_columns(
     frame: &ArrayObject,
     rows: &FrameRows,
-    index: FrameIndex,
-) -> io::Result<FrameWriter> {
-    let index_column = match &index {
+    index: &FrameIndex,
+) -> io::Result<Vec<(ColumnSpec, String)>> {
+    let index_column = match index {
         FrameIndex::Column { name, .. } => Some(name.as_str()),
         FrameIndex::RowNumbers => None,
     };
     let dropped = |column: &str| {
         column == "soma_joinid" && frame.soma_type.is_dataframe() || Some(column) == index_column
     };
-    let columns = frame
+    frame
         .schema
         .columns
         .iter()
@@ -249,39 +259,25 @@ fn frame_writer(
             };
             Ok((spec, file_name(&c.name)))
         })
-        .collect::<io::Result<Vec<_>>>()?;
+        .collect()
+}
+
+/// A writer of a data frame's rows (see [`frame_columns`]).
+fn frame_writer(
+    parent: &HdfGroup,
+    name: &str,
+    frame: &ArrayObject,
+    rows: &FrameRows,
+    index: FrameIndex,
+) -> io::Result<FrameWriter> {
+    let columns = frame_columns(frame, rows, &index)?;
     FrameWriter::create(parent, name, rows.count, index, &columns)
-}
-
-/// How a matrix's coordinates along one dimension map to the rows or columns written.
-#[derive(Clone, Copy)]
-enum Axis<'a> {
-    /// Join ids, each at its place among obs's or var's.
-    Joinids(&'a Positions),
-    /// Indices below this count, as they are (the columns of obsm and varm).
-    Indices(usize),
-}
-
-impl Axis<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Axis::Joinids(positions) => positions.len(),
-            Axis::Indices(count) => *count,
-        }
-    }
-
-    fn at(&self, id: i64) -> Option<usize> {
-        match self {
-            Axis::Joinids(positions) => positions.get(id).map(|p| p as usize - 1),
-            Axis::Indices(count) => usize::try_from(id).ok().filter(|i| i < count),
-        }
-    }
 }
 
 /// How a matrix is written: as it is stored (a sparse array as CSR, a dense one dense), or
 /// always dense, or always CSR.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Layout {
+pub(super) enum Layout {
     AsStored,
     Dense,
     Sparse,
@@ -293,17 +289,9 @@ enum Matrix {
     Dense(DenseWriter),
 }
 
-/// Writes a two-dimensional array as a matrix: its cells in the rows `only` (join ids; all
-/// when `None`), placed along `axes`. Cells outside the axes are left out. Booleans of a
-/// dense array are written as uint8, as tiledbsoma reads them.
-fn write_matrix(
-    parent: &HdfGroup,
-    name: &str,
-    array: &ArrayObject,
-    only: Option<&[i64]>,
-    (rows, cols): (Axis, Axis),
-    layout: Layout,
-) -> io::Result<()> {
+/// The type of a matrix's values as written, and whether it is written dense. Booleans of a
+/// dense array are uint8, as tiledbsoma reads them.
+pub(super) fn matrix_type(array: &ArrayObject, layout: Layout) -> io::Result<(DataType, bool)> {
     let mut value_type = array
         .schema
         .columns
@@ -319,6 +307,21 @@ fn write_matrix(
     if array.schema.dense && value_type == DataType::Boolean {
         value_type = DataType::UInt8;
     }
+    Ok((value_type, dense))
+}
+
+/// Writes a two-dimensional array as a matrix: its cells in the rows `only` (join ids; all
+/// when `None`), placed along `axes`. Cells outside the axes are left out. Booleans of a
+/// dense array are written as uint8, as tiledbsoma reads them.
+fn write_matrix(
+    parent: &HdfGroup,
+    name: &str,
+    array: &ArrayObject,
+    only: Option<&[i64]>,
+    (rows, cols): (Axis, Axis),
+    layout: Layout,
+) -> io::Result<()> {
+    let (value_type, dense) = matrix_type(array, layout)?;
     let shape = [rows.len(), cols.len()];
     let mut matrix = if dense {
         Matrix::Dense(DenseWriter::create(parent, name, shape, &value_type)?)
@@ -367,11 +370,7 @@ fn write_matrix(
 /// an array as below), then each metadata value not starting with `soma_` (a value wins over
 /// a member of the same name).
 fn write_uns(group: &HdfGroup, collection: &UnsCollection) -> io::Result<()> {
-    let values: HashSet<&str> = collection.values().map(|(key, _)| key.as_str()).collect();
-    for (name, member) in &collection.members {
-        if values.contains(name.as_str()) {
-            continue;
-        }
+    for (name, member) in collection.members_kept() {
         let key = file_name(name);
         match member {
             UnsMember::Collection(inner) => write_uns(&h5ad::mapping(group, &key)?, inner)?,
@@ -384,10 +383,30 @@ fn write_uns(group: &HdfGroup, collection: &UnsCollection) -> io::Result<()> {
     Ok(())
 }
 
+/// What an uns array is in the AnnData.
+pub(super) enum UnsElement {
+    /// An array of this shape, its values in C order.
+    Array { shape: Vec<usize>, values: ArrayRef },
+    /// A data frame, its rows read whole.
+    Frame {
+        batches: Vec<RecordBatch>,
+        index: FrameIndex,
+    },
+}
+
+fn write_uns_array(group: &HdfGroup, key: &str, array: &ArrayObject) -> io::Result<()> {
+    match uns_element(array)? {
+        UnsElement::Array { shape, values } => h5ad::write_array(group, key, &shape, &values),
+        UnsElement::Frame { batches, index } => {
+            write_frame_rows(group, key, array, &batches, index)
+        }
+    }
+}
+
 /// An uns array: a dense array as an array of its shape; a sparse one as the data frame of
 /// its cells (`soma_dim_0`, `soma_dim_1`, …, `soma_data`); a data frame hinted as strings as
 /// an array of strings (one or two dimensions); any other data frame as a data frame.
-fn write_uns_array(group: &HdfGroup, key: &str, array: &ArrayObject) -> io::Result<()> {
+pub(super) fn uns_element(array: &ArrayObject) -> io::Result<UnsElement> {
     let batches = anndata::read_all(array)?;
     let column = |name: &str| -> io::Result<ArrayRef> {
         let pieces = batches
@@ -415,15 +434,19 @@ fn write_uns_array(group: &HdfGroup, key: &str, array: &ArrayObject) -> io::Resu
             let shape: Vec<usize> = (array.schema.shape.iter().flatten())
                 .map(|&n| n as usize)
                 .collect();
-            h5ad::write_array(group, key, &shape, &values)
+            Ok(UnsElement::Array { shape, values })
         }
-        SomaType::SparseNDArray => {
-            write_frame_rows(group, key, array, &batches, FrameIndex::RowNumbers)
-        }
+        SomaType::SparseNDArray => Ok(UnsElement::Frame {
+            batches,
+            index: FrameIndex::RowNumbers,
+        }),
         _ => match UnsFrame::of(array) {
             UnsFrame::Strings1d => {
                 let values = column("values")?;
-                h5ad::write_array(group, key, &[values.len()], &values)
+                Ok(UnsElement::Array {
+                    shape: vec![values.len()],
+                    values,
+                })
             }
             UnsFrame::Strings2d => {
                 let columns = (0..)
@@ -440,14 +463,17 @@ fn write_uns_array(group: &HdfGroup, key: &str, array: &ArrayObject) -> io::Resu
                     columns.iter().map(|c| c.as_ref()).collect();
                 let values = arrow_select::interleave::interleave(&parts, &order)
                     .map_err(io::Error::other)?;
-                h5ad::write_array(group, key, &[rows, columns.len()], &values)
+                Ok(UnsElement::Array {
+                    shape: vec![rows, columns.len()],
+                    values,
+                })
             }
             UnsFrame::Frame => {
                 let index = match anndata::index_column(array, "index") {
                     Some((name, named)) => FrameIndex::Column { name, named },
                     None => FrameIndex::RowNumbers,
                 };
-                write_frame_rows(group, key, array, &batches, index)
+                Ok(UnsElement::Frame { batches, index })
             }
         },
     }
@@ -475,11 +501,7 @@ fn write_frame_rows(
 /// A metadata value of uns: one string or number as a scalar, several as an array (a blob
 /// as an array of bytes).
 fn write_uns_value(group: &HdfGroup, key: &str, value: &MetadataValue) -> io::Result<()> {
-    use arrow_array::{
-        BooleanArray, Float64Array, Int64Array, LargeStringArray, UInt64Array, UInt8Array,
-    };
-    let values = value.values.as_slice();
-    match values {
+    match value.values.as_slice() {
         [Value::Text(text)] => return h5ad::write_text_scalar(group, key, text),
         [Value::Int(n)] => return h5ad::write_numeric_scalar(group, key, *n),
         [Value::UInt(n)] => return h5ad::write_numeric_scalar(group, key, *n),
@@ -487,6 +509,18 @@ fn write_uns_value(group: &HdfGroup, key: &str, value: &MetadataValue) -> io::Re
         [Value::Bool(b)] => return h5ad::write_numeric_scalar(group, key, *b),
         _ => {}
     }
+    let (array, _) = uns_value(value);
+    h5ad::write_array(group, key, &[array.len()], &array)
+}
+
+/// A metadata value of uns as values, and whether it is a scalar: one string or number is
+/// (all in an array of one), several are an array (a blob an array of bytes).
+pub(super) fn uns_value(value: &MetadataValue) -> (ArrayRef, bool) {
+    use arrow_array::{
+        BooleanArray, Float64Array, Int64Array, LargeStringArray, UInt64Array, UInt8Array,
+    };
+    let values = value.values.as_slice();
+    let scalar = matches!(values, [v] if !matches!(v, Value::Bytes(_)));
     let array: ArrayRef = match values.first() {
         Some(Value::UInt(_)) => Arc::new(UInt64Array::from_iter(values.iter().map(|v| match v {
             Value::UInt(n) => Some(*n),
@@ -521,5 +555,5 @@ fn write_uns_value(group: &HdfGroup, key: &str, value: &MetadataValue) -> io::Re
             })))
         }
     };
-    h5ad::write_array(group, key, &[array.len()], &array)
+    (array, scalar)
 }

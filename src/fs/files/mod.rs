@@ -11,6 +11,7 @@ mod png;
 mod status;
 mod table;
 mod tenx;
+mod zarr;
 
 use std::fmt;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ pub use png::PngFile;
 pub use status::{StatusFile, TreeCounts, STATUS_NAME};
 pub use table::{Table, TableFile};
 pub use tenx::{TenxFile, TenxPart};
+pub use zarr::{ZarrArray, ZarrChunk, ZarrDocument, ZarrGroup, ZarrNode, ZarrStore};
 
 /// What files are generated with: the options and the cache, and the background work that
 /// streams files while they are read.

@@ -1,0 +1,1041 @@
+//! `anndata/<measurement>.zarr/`: a measurement of an experiment as an AnnData Zarr store
+//! (Zarr format 2), equal to what tiledbsoma's `to_anndata` reads, as the h5ad is: obs and
+//! var as data frames, X from the first layer and every other layer under `layers`, obsm
+//! and varm dense, obsp and varp as CSR matrices, and uns. Its groups and arrays are
+//! directories; their `.zgroup`, `.zarray` and `.zattrs`, and the store's consolidated
+//! `.zmetadata`, are made when the store is first listed; each chunk is a file read from
+//! TileDB only when opened, and only the rows behind it are read.
+//!
+//! What the store holds is decided where the h5ad's is ([`super::h5ad`], and
+//! [`crate::format::anndata`] for encodings); the bytes are [`crate::format::zarr`]'s. A
+//! chunk of numbers or booleans has its exact size from the start (chunks are uncompressed
+//! and padded); a chunk of text has size 0 until it is generated. Every chunk is generated
+//! whole into the cache when opened (a text chunk also by a `stat` with `--exact-sizes`).
+//!
+//! Making the metadata needs the rows of obs and var (their join ids, and which columns
+//! hold nulls) and each CSR matrix's entries per row (its `indptr`, and the length of
+//! `data` and `indices`): counted from the coordinates alone, once per array snapshot
+//! ([`anndata::row_counts`]), and kept in the cache, so that a daemon started again on the
+//! same cache does not count them again. A chunk of `data` or `indices` then reads only the
+//! rows that hold its entries.
+
+use std::io;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array as _, ArrayRef, BooleanArray, Int64Array, RecordBatch};
+use arrow_schema::DataType;
+use log::warn;
+use serde_json::{json, Map, Value as Json};
+
+use crate::format::anndata::{is_text, ColumnEncoding, ColumnSpec, Encoding};
+use crate::format::h5ad::FrameIndex;
+use crate::format::zarr::{self, ArrayMeta, Dtype};
+use crate::soma::anndata::{
+    self, AnnDataExperiment, AnnDataMeasurement, Axis, FrameRows, Named, UnsCollection, UnsMember,
+};
+use crate::soma::tenx::Positions;
+use crate::soma::ArrayObject;
+use crate::sync::Recover;
+
+use super::super::cache::{CacheKey, ContentCache};
+use super::super::data::{generate_whole, open_generated};
+use super::super::error::FsResult;
+use super::super::names::file_name;
+use super::super::open_file::OpenFile;
+use super::h5ad::{
+    frame_columns, frame_index, matrix_type, measurement_key, uns_element, uns_value, Layout,
+    UnsElement,
+};
+use super::{FileContext, FileKind};
+
+/// A measurement as an AnnData Zarr store; its tree is made when first asked for.
+pub struct ZarrStore {
+    experiment: Arc<AnnDataExperiment>,
+    measurement: Arc<AnnDataMeasurement>,
+    /// Where the entries per row of its CSR matrices are kept, with the chunks.
+    cache: Arc<ContentCache>,
+    root: OnceLock<Result<Arc<ZarrGroup>, String>>,
+}
+
+/// A group of the store: its attributes and members (the root also has the consolidated
+/// metadata of the whole store).
+#[derive(Debug)]
+pub struct ZarrGroup {
+    pub attrs: Map<String, Json>,
+    pub members: Vec<(String, ZarrNode)>,
+    pub consolidated: Option<Arc<[u8]>>,
+}
+
+#[derive(Debug, Clone)]
+pub enum ZarrNode {
+    Group(Arc<ZarrGroup>),
+    Array(Arc<ZarrArray>),
+}
+
+/// An array of the store: its `.zarray`, its attributes, and where its chunks come from.
+#[derive(Debug)]
+pub struct ZarrArray {
+    pub meta: ArrayMeta,
+    pub attrs: Map<String, Json>,
+    content: Content,
+    /// Where it is in the store (for cache keys and messages).
+    path: String,
+    store: Arc<ZarrStore>,
+}
+
+impl std::fmt::Debug for ZarrStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what())
+    }
+}
+
+impl ZarrStore {
+    pub fn new(
+        experiment: Arc<AnnDataExperiment>,
+        measurement: Arc<AnnDataMeasurement>,
+        cache: Arc<ContentCache>,
+    ) -> Arc<ZarrStore> {
+        Arc::new(ZarrStore {
+            experiment,
+            measurement,
+            cache,
+            root: OnceLock::new(),
+        })
+    }
+
+    fn what(&self) -> String {
+        format!(
+            "{} measurement {} as zarr",
+            self.experiment.obs.uri, self.measurement.name
+        )
+    }
+
+    /// The root group, made (once) with everything under it.
+    pub fn root(self: &Arc<Self>) -> Result<Arc<ZarrGroup>, String> {
+        self.root
+            .get_or_init(|| {
+                let started = std::time::Instant::now();
+                let built = build(self).map(Arc::new).map_err(|e| {
+                    warn!("{}: cannot be made: {e}", self.what());
+                    format!("{}: {e}", self.what())
+                });
+                log::debug!("made {} in {:?}", self.what(), started.elapsed());
+                built
+            })
+            .clone()
+    }
+}
+
+/// The document files of a store: `.zgroup`, `.zattrs`, `.zarray`, `.zmetadata`.
+#[derive(Debug)]
+pub struct ZarrDocument(pub Arc<[u8]>);
+
+impl ZarrDocument {
+    pub fn of(value: &Json) -> ZarrDocument {
+        ZarrDocument(zarr::document(value).into())
+    }
+}
+
+impl FileKind for ZarrDocument {
+    fn size(&self, _cx: &FileContext) -> FsResult<Option<u64>> {
+        Ok(Some(self.0.len() as u64))
+    }
+
+    fn open(&self, _cx: &FileContext) -> FsResult<OpenFile> {
+        Ok(OpenFile::Bytes(self.0.clone()))
+    }
+}
+
+/// One chunk file of an array: chunk `k` along its first dimension.
+#[derive(Debug)]
+pub struct ZarrChunk {
+    array: Arc<ZarrArray>,
+    k: u64,
+    key: CacheKey,
+}
+
+impl ZarrChunk {
+    pub fn new(array: Arc<ZarrArray>, k: u64) -> ZarrChunk {
+        let store = &array.store;
+        let key = measurement_key("zarr", &store.experiment, &store.measurement, &None, |d| {
+            d.text(&array.path).number(k);
+        });
+        ZarrChunk { array, k, key }
+    }
+
+    fn what(&self) -> String {
+        let name = self.array.meta.chunk_name(self.k);
+        format!("{} {}/{name}", self.array.store.what(), self.array.path)
+    }
+}
+
+impl FileKind for ZarrChunk {
+    fn size(&self, cx: &FileContext) -> FsResult<Option<u64>> {
+        match self.array.meta.chunk_size() {
+            Some(size) => Ok(Some(size)),
+            None => Ok(cx.options.cache.size(&self.key)),
+        }
+    }
+
+    /// Every chunk is generated whole into the cache when opened (a chunk is small), so that
+    /// a reader that opens it again (read_lazy reads obs whole each time) reads no TileDB.
+    fn open(&self, cx: &FileContext) -> FsResult<OpenFile> {
+        self.generate(cx)?;
+        open_generated(&cx.options.cache, &self.key, &self.what())
+    }
+
+    fn generated_on_stat(&self, cx: &FileContext) -> bool {
+        cx.options.exact_sizes && self.array.meta.chunk_size().is_none()
+    }
+
+    fn generate(&self, cx: &FileContext) -> FsResult<()> {
+        generate_whole(&cx.options.cache, &self.key, &self.what(), |out| {
+            out.write_all(&self.array.chunk(self.k)?)
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// where chunks come from
+
+/// The rows of obs or var: their join ids in order, each at its place.
+#[derive(Debug)]
+struct AxisRows {
+    positions: Positions,
+    /// What identifies them: the data frame's snapshot.
+    id: String,
+}
+
+impl AxisRows {
+    /// The rows a first pass over a data frame found (their join ids are taken).
+    fn new(frame: &ArrayObject, rows: &mut FrameRows) -> Arc<AxisRows> {
+        Arc::new(AxisRows {
+            positions: Positions::new(std::mem::take(&mut rows.joinids)),
+            id: frame.content_id.clone(),
+        })
+    }
+
+    fn joinids(&self) -> &[i64] {
+        self.positions.ids()
+    }
+}
+
+/// The columns of a matrix: obs's or var's rows, or plain indices (obsm and varm).
+#[derive(Debug, Clone)]
+enum Columns {
+    Rows(Arc<AxisRows>),
+    Indices(usize),
+}
+
+/// A matrix read from a two-dimensional array: its rows are obs's or var's.
+#[derive(Debug)]
+struct MatrixSource {
+    array: Arc<ArrayObject>,
+    rows: Arc<AxisRows>,
+    cols: Columns,
+    value_type: DataType,
+}
+
+impl MatrixSource {
+    fn axes(&self) -> (Axis<'_>, Axis<'_>) {
+        let cols = match &self.cols {
+            Columns::Rows(rows) => Axis::Joinids(&rows.positions),
+            Columns::Indices(n) => Axis::Indices(*n),
+        };
+        (Axis::Joinids(&self.rows.positions), cols)
+    }
+
+    fn axes_id(&self) -> String {
+        match &self.cols {
+            Columns::Rows(cols) => format!("{}\n{}", self.rows.id, cols.id),
+            Columns::Indices(n) => format!("{}\n{n}", self.rows.id),
+        }
+    }
+
+    /// Visits the cells of the rows `rows` (positions), in order, a batch at a time: the
+    /// places (row, column) of the cells on the axes, which of the batch's cells are (the
+    /// others are left out), and the batch's values.
+    fn cells(
+        &self,
+        rows: Range<usize>,
+        mut visit: impl FnMut(&[(usize, usize)], &[bool], &ArrayRef) -> io::Result<()>,
+    ) -> io::Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let (row_axis, col_axis) = self.axes();
+        let joinids = &self.rows.joinids()[rows];
+        anndata::read_cells(&self.array, Some(joinids), |row_ids, col_ids, values| {
+            let mut places = Vec::with_capacity(row_ids.len());
+            let mut keep = Vec::with_capacity(row_ids.len());
+            for (&r, &c) in row_ids.iter().zip(col_ids) {
+                let place = row_axis.at(r).zip(col_axis.at(c));
+                keep.push(place.is_some());
+                places.extend(place);
+            }
+            visit(&places, &keep, values)
+        })?;
+        Ok(())
+    }
+
+    /// Values kept (`keep`) and cast to the matrix's value type.
+    fn values(&self, values: &ArrayRef, keep: &[bool]) -> io::Result<ArrayRef> {
+        let mut values = if keep.iter().all(|&k| k) {
+            values.clone()
+        } else {
+            arrow_select::filter::filter(values, &BooleanArray::from(keep.to_vec()))
+                .map_err(io::Error::other)?
+        };
+        if values.data_type() != &self.value_type {
+            values = arrow_cast::cast(&values, &self.value_type).map_err(io::Error::other)?;
+        }
+        Ok(values)
+    }
+}
+
+/// A CSR matrix: its source and entries per row as `indptr` (from 0 to the entries).
+#[derive(Debug)]
+struct CsrSource {
+    matrix: MatrixSource,
+    indptr: Vec<u64>,
+    /// The entries read last.
+    last: Mutex<Option<HeldEntries>>,
+    /// Held while reading: one read at a time, so that a reader that waited may find its
+    /// entries read by the one before it.
+    reading: Mutex<()>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum CsrPart {
+    Data,
+    Indices,
+    Indptr,
+}
+
+impl CsrSource {
+    /// The rows (positions) that hold the entries `entries`.
+    fn rows_of(&self, entries: &Range<u64>) -> Range<usize> {
+        if entries.is_empty() {
+            return 0..0;
+        }
+        let first = self.indptr.partition_point(|&p| p <= entries.start) - 1;
+        let end = self.indptr.partition_point(|&p| p < entries.end);
+        first..end
+    }
+
+    /// The values or column positions of the entries `entries`. Both are read at once and
+    /// the last read kept: a reader that wants one wants the other next.
+    fn entries(&self, entries: Range<u64>, part: CsrPart) -> io::Result<ArrayRef> {
+        let held = |last: &Option<HeldEntries>| {
+            last.as_ref()
+                .filter(|held| held.entries == entries)
+                .map(|held| match part {
+                    CsrPart::Data => held.values.clone(),
+                    _ => held.columns.clone(),
+                })
+        };
+        if let Some(found) = held(&self.last.lock().recover()) {
+            return Ok(found);
+        }
+        let _reading = self.reading.lock().recover();
+        if let Some(found) = held(&self.last.lock().recover()) {
+            return Ok(found);
+        }
+        let read = self.read_entries(entries.clone())?;
+        let mut last = self.last.lock().recover();
+        *last = Some(read);
+        Ok(held(&last).expect("just held"))
+    }
+
+    fn read_entries(&self, entries: Range<u64>) -> io::Result<HeldEntries> {
+        let rows = self.rows_of(&entries);
+        let mut at = self.indptr.get(rows.start).copied().unwrap_or(0);
+        let mut pieces: Vec<ArrayRef> = Vec::new();
+        let mut columns: Vec<i64> = Vec::new();
+        self.matrix.cells(rows, |places, keep, values| {
+            // The kept entries of this batch that fall in `entries`.
+            let first = entries.start.saturating_sub(at).min(places.len() as u64) as usize;
+            let last = entries.end.saturating_sub(at).min(places.len() as u64) as usize;
+            at += places.len() as u64;
+            if first >= last {
+                return Ok(());
+            }
+            let values = self.matrix.values(values, keep)?;
+            pieces.push(values.slice(first, last - first));
+            columns.extend(places[first..last].iter().map(|&(_, c)| c as i64));
+            Ok(())
+        })?;
+        let pieces: Vec<&dyn arrow_array::Array> = pieces.iter().map(|p| p.as_ref()).collect();
+        let values = if pieces.is_empty() {
+            arrow_array::new_empty_array(&self.matrix.value_type)
+        } else {
+            arrow_select::concat::concat(&pieces).map_err(io::Error::other)?
+        };
+        if values.len() as u64 != entries.end - entries.start {
+            return Err(io::Error::other(format!(
+                "{}: {} entries read of the {} counted",
+                self.matrix.array.uri,
+                values.len(),
+                entries.end - entries.start
+            )));
+        }
+        Ok(HeldEntries {
+            entries,
+            values,
+            columns: Arc::new(Int64Array::from(columns)),
+        })
+    }
+}
+
+/// The entries of a CSR matrix read last: their range, values and column positions.
+#[derive(Debug)]
+struct HeldEntries {
+    entries: Range<u64>,
+    values: ArrayRef,
+    columns: ArrayRef,
+}
+
+/// A data frame's rows.
+#[derive(Debug)]
+struct FrameSource {
+    frame: Arc<ArrayObject>,
+    rows: FrameRowsAt,
+}
+
+/// Where a data frame's rows are.
+#[derive(Debug)]
+enum FrameRowsAt {
+    /// In the array, read a column at a time when asked: obs's or var's rows.
+    Array(Arc<AxisRows>),
+    /// Read whole already (uns): the batches, and how many rows they hold.
+    Read(Vec<RecordBatch>, usize),
+}
+
+impl FrameSource {
+    fn len(&self) -> usize {
+        match &self.rows {
+            FrameRowsAt::Array(rows) => rows.joinids().len(),
+            FrameRowsAt::Read(_, count) => *count,
+        }
+    }
+
+    fn column(&self, name: &str, rows: Range<usize>) -> io::Result<ArrayRef> {
+        let batches = match &self.rows {
+            FrameRowsAt::Array(axis) => {
+                let joinids = &axis.joinids()[rows];
+                return Ok(anndata::read_frame_column(&self.frame, name, joinids)?);
+            }
+            FrameRowsAt::Read(batches, _) => batches,
+        };
+        let pieces = batches
+            .iter()
+            .map(|b| {
+                b.column_by_name(name)
+                    .map(|c| c.as_ref())
+                    .ok_or_else(|| io::Error::other(format!("no column {name} in the rows read")))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let all = match pieces.as_slice() {
+            [] => return Ok(arrow_array::new_empty_array(&DataType::LargeUtf8)),
+            _ => arrow_select::concat::concat(&pieces).map_err(io::Error::other)?,
+        };
+        Ok(all.slice(rows.start, rows.len()))
+    }
+}
+
+/// What of a data frame column an array holds.
+#[derive(Debug, Clone)]
+enum ColumnPart {
+    /// The values, as numbers of this type, booleans or text.
+    Values(DataType),
+    /// Whether each is null.
+    Mask,
+    /// The dictionary keys as codes of this type, -1 for null.
+    Codes(DataType),
+    /// Row numbers from 0 (the index of a data frame without one).
+    RowNumbers,
+}
+
+/// Where an array's chunks come from.
+#[derive(Debug)]
+enum Content {
+    /// Values held whole (categories, uns), in C order.
+    Values(ArrayRef),
+    Column {
+        frame: Arc<FrameSource>,
+        column: String,
+        part: ColumnPart,
+    },
+    Csr(Arc<CsrSource>, CsrPart),
+    /// A dense matrix, cells not stored being 0.
+    Dense(Arc<MatrixSource>),
+}
+
+impl ZarrArray {
+    /// The bytes of chunk `k`.
+    fn chunk(&self, k: u64) -> io::Result<Vec<u8>> {
+        if k >= self.meta.chunk_count() {
+            return Err(io::Error::other(format!("no chunk {k}")));
+        }
+        let rows = self.meta.chunk_rows(k);
+        let (start, end) = (rows.start as usize, rows.end as usize);
+        let values = match &self.content {
+            Content::Values(values) => {
+                let row_items = self.meta.shape.iter().skip(1).product::<u64>() as usize;
+                values.slice(start * row_items, (end - start) * row_items)
+            }
+            Content::Column {
+                frame,
+                column,
+                part,
+            } => column_part(frame, column, part, start..end)?,
+            Content::Csr(csr, CsrPart::Indptr) => {
+                let pointers = csr.indptr[start..end].iter().map(|&p| p as i64);
+                Arc::new(Int64Array::from_iter_values(pointers))
+            }
+            Content::Csr(csr, part) => {
+                let entries = csr.entries(rows, *part)?;
+                match &self.meta.dtype {
+                    Dtype::Number(t) if t != entries.data_type() => {
+                        arrow_cast::cast(&entries, t).map_err(io::Error::other)?
+                    }
+                    _ => entries,
+                }
+            }
+            Content::Dense(matrix) => return self.dense_chunk(matrix, start..end),
+        };
+        zarr::chunk(&self.meta, &values)
+    }
+
+    /// A chunk of a dense matrix: its rows' cells placed in a chunk of zeros.
+    fn dense_chunk(&self, matrix: &MatrixSource, rows: Range<usize>) -> io::Result<Vec<u8>> {
+        let size = self.meta.chunk_size().unwrap_or(0) as usize;
+        let item = self.meta.dtype.item_size().unwrap_or(1) as usize;
+        let width = self.meta.shape.get(1).copied().unwrap_or(1) as usize;
+        let mut chunk = vec![0u8; size];
+        let first = rows.start;
+        let mut bytes = Vec::new();
+        matrix.cells(rows, |places, keep, values| {
+            let values = matrix.values(values, keep)?;
+            bytes.clear();
+            zarr::put_fixed(values.as_ref(), &mut bytes)?;
+            for (i, &(r, c)) in places.iter().enumerate() {
+                let at = ((r - first) * width + c) * item;
+                chunk[at..at + item].copy_from_slice(&bytes[i * item..(i + 1) * item]);
+            }
+            Ok(())
+        })?;
+        Ok(chunk)
+    }
+}
+
+/// The values of a part of a data frame column for some rows.
+fn column_part(
+    frame: &FrameSource,
+    column: &str,
+    part: &ColumnPart,
+    rows: Range<usize>,
+) -> io::Result<ArrayRef> {
+    if let ColumnPart::RowNumbers = part {
+        return Ok(Arc::new(Int64Array::from_iter_values(
+            rows.start as i64..rows.end as i64,
+        )));
+    }
+    let values = frame.column(column, rows)?;
+    Ok(match part {
+        ColumnPart::Values(t) if values.data_type() != t && !is_text(t) => {
+            arrow_cast::cast(&values, t).map_err(io::Error::other)?
+        }
+        ColumnPart::Values(_) | ColumnPart::RowNumbers => values,
+        ColumnPart::Mask => {
+            let nulls = values.logical_nulls();
+            let mask =
+                (0..values.len()).map(|i| Some(nulls.as_ref().is_some_and(|n| n.is_null(i))));
+            Arc::new(mask.collect::<BooleanArray>())
+        }
+        ColumnPart::Codes(t) => {
+            let keys = values
+                .as_any_dictionary_opt()
+                .ok_or_else(|| io::Error::other(format!("{column}: not a dictionary")))?
+                .keys();
+            let keys = arrow_cast::cast(keys, &DataType::Int64).map_err(io::Error::other)?;
+            let keys = keys.as_primitive::<Int64Type>();
+            let codes: Int64Array = keys.iter().map(|k| Some(k.unwrap_or(-1))).collect();
+            arrow_cast::cast(&codes, t).map_err(io::Error::other)?
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// the tree
+
+fn encoding_attrs(encoding: Encoding) -> Map<String, Json> {
+    let (kind, version) = encoding.type_and_version();
+    let mut attrs = Map::new();
+    attrs.insert("encoding-type".into(), json!(kind));
+    attrs.insert("encoding-version".into(), json!(version));
+    attrs
+}
+
+/// Makes the members of groups, each at its path.
+struct Builder<'a> {
+    store: &'a Arc<ZarrStore>,
+}
+
+impl Builder<'_> {
+    fn array(
+        &self,
+        path: &str,
+        meta: ArrayMeta,
+        attrs: Map<String, Json>,
+        content: Content,
+    ) -> ZarrNode {
+        ZarrNode::Array(Arc::new(ZarrArray {
+            meta,
+            attrs,
+            content,
+            path: path.to_owned(),
+            store: self.store.clone(),
+        }))
+    }
+
+    /// An array of values held whole, of `shape`: numbers and booleans as an `array`,
+    /// anything else as a `string-array` (or, for a scalar, a `numeric-scalar` or
+    /// `string`).
+    fn values(&self, path: &str, shape: Vec<u64>, values: ArrayRef) -> ZarrNode {
+        let dtype = if is_text(values.data_type()) {
+            Dtype::Text
+        } else {
+            Dtype::of(values.data_type())
+        };
+        let encoding = match (shape.is_empty(), &dtype) {
+            (true, Dtype::Text) => Encoding::String,
+            (true, _) => Encoding::NumericScalar,
+            (false, Dtype::Text) => Encoding::StringArray,
+            (false, _) => Encoding::Array,
+        };
+        let meta = ArrayMeta::new(shape, dtype);
+        self.array(
+            path,
+            meta,
+            encoding_attrs(encoding),
+            Content::Values(values),
+        )
+    }
+
+    fn column(
+        &self,
+        path: &str,
+        frame: &Arc<FrameSource>,
+        (column, part): (&str, ColumnPart),
+        dtype: Dtype,
+        encoding: Option<Encoding>,
+    ) -> ZarrNode {
+        let meta = ArrayMeta::new(vec![frame.len() as u64], dtype);
+        let content = Content::Column {
+            frame: frame.clone(),
+            column: column.to_owned(),
+            part,
+        };
+        let attrs = encoding.map(encoding_attrs).unwrap_or_default();
+        self.array(path, meta, attrs, content)
+    }
+
+    /// A data frame: its index, then its columns, each as anndata encodes it.
+    fn frame(
+        &self,
+        path: &str,
+        frame: Arc<FrameSource>,
+        rows: &FrameRows,
+        index: FrameIndex,
+    ) -> io::Result<ZarrNode> {
+        let columns = frame_columns(&frame.frame, rows, &index)?;
+        let mut attrs = encoding_attrs(Encoding::DataFrame);
+        let index_name = match &index {
+            FrameIndex::Column { name, named: true } => name.clone(),
+            _ => "_index".to_owned(),
+        };
+        attrs.insert("_index".into(), json!(index_name));
+        let order: Vec<&str> = columns.iter().map(|(_, name)| name.as_str()).collect();
+        attrs.insert("column-order".into(), json!(order));
+        let mut members = Vec::new();
+        let index_path = format!("{path}/{index_name}");
+        let index_array = match &index {
+            FrameIndex::Column { name, .. } => self.column(
+                &index_path,
+                &frame,
+                (name, ColumnPart::Values(DataType::LargeUtf8)),
+                Dtype::Text,
+                Some(Encoding::StringArray),
+            ),
+            FrameIndex::RowNumbers => self.column(
+                &index_path,
+                &frame,
+                ("", ColumnPart::RowNumbers),
+                Dtype::Number(DataType::Int64),
+                Some(Encoding::Array),
+            ),
+        };
+        members.push((index_name, index_array));
+        for (spec, name) in &columns {
+            let at = format!("{path}/{name}");
+            members.push((name.clone(), self.frame_column(&at, &frame, spec)?));
+        }
+        Ok(group(attrs, members))
+    }
+
+    fn frame_column(
+        &self,
+        path: &str,
+        frame: &Arc<FrameSource>,
+        spec: &ColumnSpec,
+    ) -> io::Result<ZarrNode> {
+        let name = spec.name.as_str();
+        let masked = |values: Dtype, values_encoding: Encoding, encoding: Encoding| {
+            let values_part = (name, ColumnPart::Values(spec.data_type.clone()));
+            let values = self.column(
+                &format!("{path}/values"),
+                frame,
+                values_part,
+                values,
+                Some(values_encoding),
+            );
+            let mask = self.column(
+                &format!("{path}/mask"),
+                frame,
+                (name, ColumnPart::Mask),
+                Dtype::Bool,
+                Some(Encoding::Array),
+            );
+            group(
+                encoding_attrs(encoding),
+                vec![("values".into(), values), ("mask".into(), mask)],
+            )
+        };
+        Ok(match spec.encoding() {
+            ColumnEncoding::Numbers(t) => self.column(
+                path,
+                frame,
+                (name, ColumnPart::Values(t.clone())),
+                Dtype::Number(t),
+                Some(Encoding::Array),
+            ),
+            ColumnEncoding::Booleans { nullable: false } => self.column(
+                path,
+                frame,
+                (name, ColumnPart::Values(DataType::Boolean)),
+                Dtype::Bool,
+                Some(Encoding::Array),
+            ),
+            ColumnEncoding::Booleans { nullable: true } => {
+                masked(Dtype::Bool, Encoding::Array, Encoding::NullableBoolean)
+            }
+            ColumnEncoding::Texts { nullable: false } => self.column(
+                path,
+                frame,
+                (name, ColumnPart::Values(DataType::LargeUtf8)),
+                Dtype::Text,
+                Some(Encoding::StringArray),
+            ),
+            ColumnEncoding::Texts { nullable: true } => {
+                masked(Dtype::Text, Encoding::StringArray, Encoding::NullableString)
+            }
+            ColumnEncoding::Categorical { code_type } => {
+                let categories = spec
+                    .categories
+                    .as_ref()
+                    .ok_or_else(|| io::Error::other(format!("column {name} has no categories")))?;
+                let mut attrs = encoding_attrs(Encoding::Categorical);
+                attrs.insert("ordered".into(), json!(categories.ordered));
+                let labels = categories.labels.clone();
+                let shape = vec![labels.len() as u64];
+                let categories = self.values(&format!("{path}/categories"), shape, labels);
+                let codes = self.column(
+                    &format!("{path}/codes"),
+                    frame,
+                    (name, ColumnPart::Codes(code_type.clone())),
+                    Dtype::Number(code_type),
+                    Some(Encoding::Array),
+                );
+                group(
+                    attrs,
+                    vec![("categories".into(), categories), ("codes".into(), codes)],
+                )
+            }
+        })
+    }
+
+    /// A matrix: CSR or dense, as `layout` and the array say.
+    fn matrix(&self, path: &str, source: MatrixSource, layout: Layout) -> io::Result<ZarrNode> {
+        let (value_type, dense) = matrix_type(&source.array, layout)?;
+        let source = MatrixSource {
+            value_type,
+            ..source
+        };
+        let (rows, cols) = source.axes();
+        let shape = vec![rows.len() as u64, cols.len() as u64];
+        if dense {
+            let meta = ArrayMeta::new(shape, Dtype::of(&source.value_type));
+            let attrs = encoding_attrs(Encoding::Array);
+            return Ok(self.array(path, meta, attrs, Content::Dense(Arc::new(source))));
+        }
+        // The counts become the offsets where each row ends, then where each starts.
+        let mut indptr = self.row_counts(&source)?;
+        let mut total = 0u64;
+        for count in indptr.iter_mut() {
+            total += *count;
+            *count = total;
+        }
+        indptr.insert(0, 0);
+        let index_type = if shape[1] <= i32::MAX as u64 {
+            DataType::Int32
+        } else {
+            DataType::Int64
+        };
+        let value_dtype = Dtype::of(&source.value_type);
+        let csr = Arc::new(CsrSource {
+            matrix: source,
+            indptr,
+            last: Mutex::new(None),
+            reading: Mutex::new(()),
+        });
+        let mut attrs = encoding_attrs(Encoding::CsrMatrix);
+        attrs.insert("shape".into(), json!(shape));
+        let parts = [
+            ("data", value_dtype, total, CsrPart::Data),
+            (
+                "indices",
+                Dtype::Number(index_type),
+                total,
+                CsrPart::Indices,
+            ),
+            (
+                "indptr",
+                Dtype::Number(DataType::Int64),
+                csr.indptr.len() as u64,
+                CsrPart::Indptr,
+            ),
+        ];
+        let members = parts
+            .into_iter()
+            .map(|(name, dtype, len, part)| {
+                let meta = ArrayMeta::new(vec![len], dtype);
+                let content = Content::Csr(csr.clone(), part);
+                let array = self.array(&format!("{path}/{name}"), meta, Map::new(), content);
+                (name.to_owned(), array)
+            })
+            .collect();
+        Ok(group(attrs, members))
+    }
+
+    /// A matrix's entries per row: from the cache, where they are kept per array snapshot
+    /// (and obs's and var's) across daemons that share it; else counted, and kept there.
+    fn row_counts(&self, source: &MatrixSource) -> io::Result<Vec<u64>> {
+        let axes_id = source.axes_id();
+        let key = CacheKey::of(|digest| {
+            digest
+                .text("entries per row")
+                .text(&source.array.content_id)
+                .text(&axes_id);
+        });
+        let cache = &self.store.cache;
+        if let Some((file, size)) = cache.open_entry(&key) {
+            let mut bytes = Vec::with_capacity(size as usize);
+            io::Read::read_to_end(&mut &file, &mut bytes)?;
+            let counts: Vec<u64> = bytes
+                .chunks_exact(8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect();
+            if counts.len() == source.axes().0.len() {
+                return Ok(counts);
+            }
+        }
+        let (rows, cols) = source.axes();
+        let counts = anndata::row_counts(&source.array, (rows, cols))?;
+        let what = format!("{}: entries per row", source.array.uri);
+        let kept = generate_whole(cache, &key, &what, |out| {
+            counts
+                .iter()
+                .try_for_each(|count| out.write_all(&count.to_le_bytes()))
+        });
+        if let Err(e) = kept {
+            warn!("{what} cannot be kept in the cache: {e:?}");
+        }
+        Ok(counts)
+    }
+
+    /// A mapping of matrices (`layers`, `obsm`, …).
+    fn matrices(
+        &self,
+        path: &str,
+        members: &[Named],
+        source: impl Fn(&Named) -> MatrixSource,
+        layout: Layout,
+    ) -> io::Result<ZarrNode> {
+        let members = members
+            .iter()
+            .map(|member| {
+                let name = file_name(&member.name);
+                let matrix = self.matrix(&format!("{path}/{name}"), source(member), layout)?;
+                Ok((name, matrix))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(group(encoding_attrs(Encoding::Dict), members))
+    }
+
+    /// An uns collection: each member kept, then each metadata value.
+    fn uns(&self, path: &str, collection: &UnsCollection) -> io::Result<ZarrNode> {
+        let mut members = Vec::new();
+        for (name, member) in collection.members_kept() {
+            let key = file_name(name);
+            let at = format!("{path}/{key}");
+            let node = match member {
+                UnsMember::Collection(inner) => self.uns(&at, inner)?,
+                UnsMember::Array(array) => match uns_element(array)? {
+                    UnsElement::Array { shape, values } => {
+                        let shape = shape.into_iter().map(|n| n as u64).collect();
+                        self.values(&at, shape, values)
+                    }
+                    UnsElement::Frame { batches, index } => {
+                        let mut rows = FrameRows::default();
+                        for batch in &batches {
+                            rows.add(batch);
+                        }
+                        let frame = Arc::new(FrameSource {
+                            frame: array.clone(),
+                            rows: FrameRowsAt::Read(batches, rows.count),
+                        });
+                        self.frame(&at, frame, &rows, index)?
+                    }
+                },
+            };
+            members.push((key, node));
+        }
+        for (name, value) in collection.values() {
+            let key = file_name(name);
+            let (values, scalar) = uns_value(value);
+            let shape = if scalar {
+                Vec::new()
+            } else {
+                vec![values.len() as u64]
+            };
+            members.push((
+                key.clone(),
+                self.values(&format!("{path}/{key}"), shape, values),
+            ));
+        }
+        Ok(group(encoding_attrs(Encoding::Dict), members))
+    }
+}
+
+fn group(attrs: Map<String, Json>, members: Vec<(String, ZarrNode)>) -> ZarrNode {
+    ZarrNode::Group(Arc::new(ZarrGroup {
+        attrs,
+        members,
+        consolidated: None,
+    }))
+}
+
+/// Makes the whole tree of a store, and its consolidated metadata.
+fn build(store: &Arc<ZarrStore>) -> io::Result<ZarrGroup> {
+    let experiment = &store.experiment;
+    let m = &*store.measurement;
+    let b = Builder { store };
+    let mut obs_rows = anndata::scan_rows(&experiment.obs, &None)?;
+    let mut var_rows = anndata::scan_rows(&m.var, &None)?;
+    let obs = AxisRows::new(&experiment.obs, &mut obs_rows);
+    let var = AxisRows::new(&m.var, &mut var_rows);
+    let lazy_frame = |frame: &Arc<ArrayObject>, rows: &Arc<AxisRows>| {
+        Arc::new(FrameSource {
+            frame: frame.clone(),
+            rows: FrameRowsAt::Array(rows.clone()),
+        })
+    };
+    let mut members: Vec<(String, ZarrNode)> = Vec::new();
+    let obs_frame = lazy_frame(&experiment.obs, &obs);
+    let obs_index = frame_index(&experiment.obs, "obs_id");
+    members.push((
+        "obs".into(),
+        b.frame("obs", obs_frame, &obs_rows, obs_index)?,
+    ));
+    let var_frame = lazy_frame(&m.var, &var);
+    let var_index = frame_index(&m.var, "var_id");
+    members.push((
+        "var".into(),
+        b.frame("var", var_frame, &var_rows, var_index)?,
+    ));
+
+    let along = |array: &Arc<ArrayObject>, rows: &Arc<AxisRows>, cols: Columns| MatrixSource {
+        array: array.clone(),
+        rows: rows.clone(),
+        cols,
+        value_type: DataType::Null,
+    };
+    let (x, others) = m
+        .layers
+        .split_first()
+        .ok_or_else(|| io::Error::other("a measurement without layers"))?;
+    let genes = || Columns::Rows(var.clone());
+    let x_source = along(&x.array, &obs, genes());
+    members.push(("X".into(), b.matrix("X", x_source, Layout::AsStored)?));
+    let layer = |n: &Named| along(&n.array, &obs, genes());
+    members.push((
+        "layers".into(),
+        b.matrices("layers", others, layer, Layout::AsStored)?,
+    ));
+    // obsm and varm are dense, as to_anndata reads them.
+    for (part, named, rows) in [("obsm", &m.obsm, &obs), ("varm", &m.varm, &var)] {
+        let count = rows.joinids().len() as u64;
+        let source = |n: &Named| {
+            let width = anndata::matrix_width(&n.array, count) as usize;
+            along(&n.array, rows, Columns::Indices(width))
+        };
+        members.push((part.into(), b.matrices(part, named, source, Layout::Dense)?));
+    }
+    for (part, named, rows) in [("obsp", &m.obsp, &obs), ("varp", &m.varp, &var)] {
+        let source = |n: &Named| along(&n.array, rows, Columns::Rows(rows.clone()));
+        members.push((
+            part.into(),
+            b.matrices(part, named, source, Layout::Sparse)?,
+        ));
+    }
+    let uns = match &m.uns {
+        Some(collection) => b.uns("uns", collection)?,
+        None => group(encoding_attrs(Encoding::Dict), Vec::new()),
+    };
+    members.push(("uns".into(), uns));
+
+    let attrs = encoding_attrs(Encoding::AnnData);
+    let mut metadata = Map::new();
+    metadata.insert(".zgroup".into(), zarr::zgroup());
+    metadata.insert(".zattrs".into(), Json::Object(attrs.clone()));
+    for (name, member) in &members {
+        add_metadata(&mut metadata, name, member);
+    }
+    let consolidated = zarr::document(&zarr::consolidated(metadata)).into();
+    Ok(ZarrGroup {
+        attrs,
+        members,
+        consolidated: Some(consolidated),
+    })
+}
+
+/// Adds the metadata of `node` at `path`, and of everything under it.
+fn add_metadata(metadata: &mut Map<String, Json>, path: &str, node: &ZarrNode) {
+    match node {
+        ZarrNode::Group(group) => {
+            metadata.insert(format!("{path}/.zgroup"), zarr::zgroup());
+            metadata.insert(format!("{path}/.zattrs"), Json::Object(group.attrs.clone()));
+            for (name, member) in &group.members {
+                add_metadata(metadata, &format!("{path}/{name}"), member);
+            }
+        }
+        ZarrNode::Array(array) => {
+            metadata.insert(format!("{path}/.zarray"), array.meta.zarray());
+            metadata.insert(format!("{path}/.zattrs"), Json::Object(array.attrs.clone()));
+        }
+    }
+}
