@@ -185,6 +185,10 @@ impl Filesystem for SomaFs {
         self.passthrough = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
             && config.set_max_stack_depth(1).is_ok();
         debug!("FUSE passthrough: {}", self.passthrough);
+        // Looks into one directory may run at once: otherwise the kernel holds an `ls` of a
+        // directory while a look into it waits for a file to be generated.
+        let parallel = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        debug!("parallel directory operations: {}", parallel.is_ok());
         // Files read with direct I/O (sizes not known yet) can still be mapped: polars maps
         // what it reads.
         let mmap = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
