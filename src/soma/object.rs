@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::sync::{Recover, SingleFlight};
 use crate::tiledb::{
-    self, Array, Config, Context, EnumerationInfo, Fragment, FragmentInfo, Group, Member, Metadata,
-    ObjectType,
+    self, Array, Config, Context, Fragment, FragmentInfo, Group, Member, Metadata, ObjectType,
 };
 
 use super::schema::SomaSchema;
@@ -365,24 +364,42 @@ impl Store {
         })
     }
 
+    /// The fragment list of the array at `uri` and the array open for reading. libtiledb
+    /// 2.30 gives no way to the fragments an open array holds, so the list is a load of its
+    /// own, with the same requests as the open (the array's directory listed, its schemas and
+    /// fragments' metadata fetched).
+    ///
+    /// The list keys the cache. In a store that can change it is loaded before the array is
+    /// opened: a fragment committed between the two is then read but not in the key, and the
+    /// next snapshot, which has it, has a new key. The other way round, it would be in the key
+    /// but not read, and every later snapshot would be served those stale bytes. A store as of
+    /// a past time (`--timestamp`) cannot change, so there the two run at once, and an open
+    /// costs the round trips of one.
+    fn load_fragments_and_open(&self, uri: &str) -> tiledb::Result<(FragmentInfo, Array)> {
+        if self.timestamp_ms.is_none() {
+            let fragment_info = FragmentInfo::load(&self.ctx, uri)?;
+            return Ok((fragment_info, Array::open(&self.ctx, uri, None)?));
+        }
+        std::thread::scope(|scope| {
+            let fragment_info = scope.spawn(|| FragmentInfo::load(&self.ctx, uri));
+            let array = Array::open(&self.ctx, uri, self.timestamp_ms);
+            let fragment_info = fragment_info
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            Ok((fragment_info?, array?))
+        })
+    }
+
     fn open_array(&self, uri: &str) -> tiledb::Result<ArrayObject> {
-        // The fragment list, which keys the cache, is loaded before the array is opened: a
-        // fragment committed between the two is then read but not in the key, and the next
-        // snapshot, which has it, has a new key. The other way round, it would be in the key
-        // but not read, and every later snapshot would be served those stale bytes.
-        let fragment_info = FragmentInfo::load(&self.ctx, uri)?;
-        let array = Array::open(&self.ctx, uri, self.timestamp_ms)?;
+        let (fragment_info, array) = self.load_fragments_and_open(uri)?;
         let metadata = array.metadata()?;
         let soma_type = SomaType::recognise(ObjectType::Array, &metadata);
         let info = array.schema()?.info()?;
-        let mut enumerations: HashMap<String, EnumerationInfo> = HashMap::new();
-        for attr in &info.attributes {
-            if let Some(name) = &attr.enumeration {
-                if !enumerations.contains_key(name) {
-                    enumerations.insert(name.clone(), array.enumeration(name)?);
-                }
-            }
-        }
+        let enumerations = array.enumerations(
+            info.attributes
+                .iter()
+                .filter_map(|attr| attr.enumeration.as_deref()),
+        )?;
         let non_empty_domain = info
             .dimensions
             .iter()
