@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::sync::{Recover, SingleFlight};
+use crate::sync::{at_once, Recover, SingleFlight};
 use crate::tiledb::{
     self, Array, Config, Context, Fragment, FragmentInfo, Group, Member, Metadata, ObjectType,
 };
@@ -265,7 +265,14 @@ pub struct Store {
 /// pull request 5723). The daemon crashed there (`MergeUnit::~MergeUnit`), rarely, in the
 /// integration tests. Without it the reader loads tiles fragment by fragment, as before
 /// libtiledb 2.28.
-const BASE_CONFIG: [(&str, &str); 5] = [
+///
+/// libtiledb sends what it fetches at once (a query's tiles, an array's enumerations, its
+/// fragments' metadata) through its IO thread pool, whose size is one thread per core by
+/// default: on this 2-core machine, a read of obs's 19 tile files over S3 took 8 round
+/// trips, 2 requests at a time. 16 threads send them together (one round trip); on a
+/// local disk the reads are as fast as with 2.
+const BASE_CONFIG: [(&str, &str); 6] = [
+    ("sm.io_concurrency_level", "16"),
     ("sm.var_offsets.bitsize", "64"),
     ("sm.var_offsets.extra_element", "true"),
     ("sm.var_offsets.mode", "bytes"),
@@ -364,42 +371,33 @@ impl Store {
         })
     }
 
-    /// The fragment list of the array at `uri` and the array open for reading. libtiledb
-    /// 2.30 gives no way to the fragments an open array holds, so the list is a load of its
-    /// own, with the same requests as the open (the array's directory listed, its schemas and
-    /// fragments' metadata fetched).
-    ///
-    /// The list keys the cache. In a store that can change it is loaded before the array is
-    /// opened: a fragment committed between the two is then read but not in the key, and the
-    /// next snapshot, which has it, has a new key. The other way round, it would be in the key
-    /// but not read, and every later snapshot would be served those stale bytes. A store as of
-    /// a past time (`--timestamp`) cannot change, so there the two run at once, and an open
-    /// costs the round trips of one.
-    fn load_fragments_and_open(&self, uri: &str) -> tiledb::Result<(FragmentInfo, Array)> {
-        if self.timestamp_ms.is_none() {
-            let fragment_info = FragmentInfo::load(&self.ctx, uri)?;
-            return Ok((fragment_info, Array::open(&self.ctx, uri, None)?));
-        }
-        std::thread::scope(|scope| {
-            let fragment_info = scope.spawn(|| FragmentInfo::load(&self.ctx, uri));
-            let array = Array::open(&self.ctx, uri, self.timestamp_ms);
-            let fragment_info = fragment_info
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            Ok((fragment_info?, array?))
-        })
-    }
-
     fn open_array(&self, uri: &str) -> tiledb::Result<ArrayObject> {
-        let (fragment_info, array) = self.load_fragments_and_open(uri)?;
-        let metadata = array.metadata()?;
-        let soma_type = SomaType::recognise(ObjectType::Array, &metadata);
+        // The fragment list, which keys the cache, is loaded before the array is opened: a
+        // fragment committed between the two is then read but not in the key, and the next
+        // snapshot, which has it, has a new key. The other way round, it would be in the key
+        // but not read, and every later snapshot would be served those stale bytes.
+        //
+        // libtiledb 2.30 gives no way to the fragments an open array holds, so the list is a
+        // load of its own. One after the other, the open finds the schemas and fragment
+        // footers the list fetched in libtiledb's read-ahead cache; loaded at once (in a
+        // store as of a past time, which cannot change), both fetched them, 11 requests more
+        // on pbmc's obs for one round trip less. See docs/PERFORMANCE.md.
+        let fragment_info = FragmentInfo::load(&self.ctx, uri)?;
+        let array = Array::open(&self.ctx, uri, self.timestamp_ms)?;
         let info = array.schema()?.info()?;
-        let enumerations = array.enumerations(
-            info.attributes
-                .iter()
-                .filter_map(|attr| attr.enumeration.as_deref()),
-        )?;
+        // Each is fetched on first use: at once, one round trip for both.
+        let (metadata, enumerations) = at_once(
+            || array.metadata(),
+            || {
+                array.enumerations(
+                    info.attributes
+                        .iter()
+                        .filter_map(|attr| attr.enumeration.as_deref()),
+                )
+            },
+        );
+        let (metadata, enumerations) = (metadata?, enumerations?);
+        let soma_type = SomaType::recognise(ObjectType::Array, &metadata);
         let non_empty_domain = info
             .dimensions
             .iter()
