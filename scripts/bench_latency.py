@@ -1,7 +1,7 @@
 """soma-mount against tiledbsoma over an object store with latency: `scripts/bench --latency`.
 
 A local S3 server (moto, tests/python/s3server.py) holds the pbmc fixture and the `big`
-fixture's X (200,000 x 2,000, 3.2 million cells); a proxy on 127.0.0.1 in front of it
+fixture (a collection whose X is 200,000 x 2,000, 3.2 million cells); a proxy on 127.0.0.1 in front of it
 (tests/python/s3proxy.py) holds each request N ms and counts them. At each N (0, 20 and 50
 ms by default) five tasks run on both sides, each on a fresh mount with an empty cache and in
 a fresh Python interpreter with tiledbsoma already imported, the sides taking turns, best of
@@ -12,8 +12,8 @@ a fresh Python interpreter with tiledbsoma already imported, the sides taking tu
 | ls -R | `ls -R` of the pbmc mount | open every member of pbmc, read its metadata |
 | obs csv | `cat obs/data.csv` | `obs.read()` + pyarrow CSV |
 | var parquet | `cat ms/RNA/var/data.parquet` | `var.read()` + pyarrow Parquet |
-| head X | `head -n 5 X/data.csv` | `X.read(coords=(0,))` |
-| X slice | `cat X/slices/<first>.csv` | `X.read(coords=(slice,))` + pyarrow CSV |
+| head X | `head -n 5 X/data.csv` of big | `X.read(coords=(0,))` |
+| X slice | `cat X/slices/<first>.csv` of big | `X.read(coords=(slice,))` + pyarrow CSV |
 
 A mount's time is the command's, the daemon already mounted; its requests are counted from
 the daemon's start to its unmount, so what it opens ahead of the command is counted too. A
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -162,10 +163,10 @@ def python_side(proxy: LatencyProxy, cfg: dict, task: str, uri: str, arg=None) -
             child.wait()
 
 
-def first_slice(proxy_cfg: dict, x_uri: str) -> tuple[str, tuple[int, int]]:
+def first_slice(proxy_cfg: dict, big_uri: str) -> tuple[str, tuple[int, int]]:
     """The first CSV listed in X/slices/ and the rows it holds."""
-    with Mount(x_uri, *config_args(proxy_cfg)) as m:
-        names = [p for p in os.listdir(m.dir / "slices") if p.endswith(".csv")]
+    with Mount(big_uri, *config_args(proxy_cfg)) as m:
+        names = [p for p in os.listdir(m.dir / "X" / "slices") if p.endswith(".csv")]
     name = min(names, key=lambda p: int(p.split("-")[0]))
     lo, hi = name.removesuffix(".csv").split("-")
     return name, (int(lo), int(hi))
@@ -176,11 +177,12 @@ def run(delays: list[float], tries: int, fixtures: Path) -> int:
     with S3Server() as server:
         server.create_bucket(BUCKET)
         server.upload_tree(fixtures / "pbmc", BUCKET, "pbmc")
-        server.upload_tree(fixtures / "big" / "X", BUCKET, "bigX")
+        server.upload_tree(fixtures / "big", BUCKET, "big")
         with LatencyProxy(server.port) as proxy:
             cfg = server.tiledb_config(vfs__s3__endpoint_override=proxy.endpoint)
-            pbmc, x = f"s3://{BUCKET}/pbmc", f"s3://{BUCKET}/bigX"
-            slice_name, rows_range = first_slice(cfg, x)
+            pbmc, big = f"s3://{BUCKET}/pbmc", f"s3://{BUCKET}/big"
+            x = big + "/X"
+            slice_name, rows_range = first_slice(cfg, big)
             tasks = [
                 ("ls -R", pbmc, ["ls", "-R", "{mnt}"], ("ls -R", pbmc, None)),
                 ("obs csv", pbmc, ["cat", "{mnt}/obs/data.csv"], ("obs csv", pbmc + "/obs", None)),
@@ -190,11 +192,11 @@ def run(delays: list[float], tries: int, fixtures: Path) -> int:
                     ["cat", "{mnt}/ms/RNA/var/data.parquet"],
                     ("var parquet", pbmc + "/ms/RNA/var", None),
                 ),
-                ("head X", x, ["head", "-n", "5", "{mnt}/data.csv"], ("head X", x, None)),
+                ("head X", big, ["head", "-n", "5", "{mnt}/X/data.csv"], ("head X", x, None)),
                 (
                     "X slice",
-                    x,
-                    ["cat", "{mnt}/slices/" + slice_name],
+                    big,
+                    ["cat", "{mnt}/X/slices/" + slice_name],
                     ("X slice", x, list(rows_range)),
                 ),
             ]
@@ -226,6 +228,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tries", type=int, default=3)
     parser.add_argument("--fixtures", default=os.environ.get("SOMA_FIXTURES") or str(REPO / "fixtures"))
     args = parser.parse_args(argv)
+    # A SIGTERM unwinds like an interrupt: the mounts are unmounted, the S3 server stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     fixtures = Path(args.fixtures)
     if not (fixtures / "pbmc").exists():
         subprocess.run([sys.executable, str(REPO / "scripts" / "make-fixtures.py"), str(fixtures)], check=True)
