@@ -15,9 +15,11 @@ a fresh Python interpreter with tiledbsoma already imported, the sides taking tu
 | head X | `head -n 5 X/data.csv` of big | `X.read(coords=(0,))` |
 | X slice | `cat X/slices/<first>.csv` of big | `X.read(coords=(slice,))` + pyarrow CSV |
 
-A mount's time is the command's, the daemon already mounted; its requests are counted from
-the daemon's start to its unmount, so what it opens ahead of the command is counted too. A
-Python side's time and requests are the task's, after the import.
+A mount's time is the command's, the daemon already mounted (its root opened); its requests
+are counted from the daemon's start to its unmount, so what it opens ahead of the command is
+counted too. A Python side opens the same root, then the member the mount's path reaches
+(`exp.obs`, `exp.ms["RNA"].var`, `big["X"]`); its time and requests are the task's, after
+the import.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ CHILD = r"""
 import io, json, sys, time
 import pyarrow as pa, pyarrow.csv as pacsv, pyarrow.parquet as pq
 import tiledbsoma
-cfg, task, uri, arg = json.loads(sys.argv[1])
+cfg, task, uri, path, arg = json.loads(sys.argv[1])
 ctx = tiledbsoma.SOMATileDBContext(tiledb_config=cfg)
 
 def walk(obj):
@@ -60,25 +62,24 @@ def walk(obj):
     return n
 
 def run():
-    if task == "ls -R":
-        with tiledbsoma.open(uri, context=ctx) as exp:
-            walk(exp)
-    elif task in ("obs csv", "X slice"):
-        with tiledbsoma.open(uri, context=ctx) as a:
-            if task == "X slice":
-                t = a.read(coords=(slice(arg[0], arg[1]),)).tables().concat()
-            else:
-                t = a.read().concat()
-        pacsv.write_csv(t, io.BytesIO())
-    elif task == "var parquet":
-        with tiledbsoma.open(uri, context=ctx) as a:
-            t = a.read().concat()
-        pq.write_table(t, io.BytesIO())
-    elif task == "head X":
-        with tiledbsoma.open(uri, context=ctx) as a:
+    with tiledbsoma.open(uri, context=ctx) as root:
+        if task == "ls -R":
+            walk(root)
+            return
+        a = root
+        for key in path:
+            a = a[key]
+        if task == "obs csv":
+            pacsv.write_csv(a.read().concat(), io.BytesIO())
+        elif task == "var parquet":
+            pq.write_table(a.read().concat(), io.BytesIO())
+        elif task == "head X":
             a.read(coords=(0,)).tables().concat()
-    else:
-        raise SystemExit("unknown task " + task)
+        elif task == "X slice":
+            t = a.read(coords=(slice(arg[0], arg[1]),)).tables().concat()
+            pacsv.write_csv(t, io.BytesIO())
+        else:
+            raise SystemExit("unknown task " + task)
 
 print("ready", flush=True)
 sys.stdin.readline()
@@ -135,12 +136,13 @@ def mount_side(proxy: LatencyProxy, uri: str, cfg: dict, command: list[str]) -> 
     return secs, proxy.count()
 
 
-def python_side(proxy: LatencyProxy, cfg: dict, task: str, uri: str, arg=None) -> tuple[float, int]:
-    """(seconds, requests) of the task in a fresh interpreter, tiledbsoma imported."""
+def python_side(proxy: LatencyProxy, cfg: dict, task: str, uri: str, path: list, arg=None) -> tuple[float, int]:
+    """(seconds, requests) of the task in a fresh interpreter, tiledbsoma imported: the
+    store at `uri` opened, then its member at `path` (keys), as the mount reaches it."""
     import json
 
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, json.dumps([cfg, task, uri, arg])],
+        [sys.executable, "-c", CHILD, json.dumps([cfg, task, uri, path, arg])],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -181,32 +183,22 @@ def run(delays: list[float], tries: int, fixtures: Path) -> int:
         with LatencyProxy(server.port) as proxy:
             cfg = server.tiledb_config(vfs__s3__endpoint_override=proxy.endpoint)
             pbmc, big = f"s3://{BUCKET}/pbmc", f"s3://{BUCKET}/big"
-            x = big + "/X"
             slice_name, rows_range = first_slice(cfg, big)
             tasks = [
-                ("ls -R", pbmc, ["ls", "-R", "{mnt}"], ("ls -R", pbmc, None)),
-                ("obs csv", pbmc, ["cat", "{mnt}/obs/data.csv"], ("obs csv", pbmc + "/obs", None)),
-                (
-                    "var parquet",
-                    pbmc,
-                    ["cat", "{mnt}/ms/RNA/var/data.parquet"],
-                    ("var parquet", pbmc + "/ms/RNA/var", None),
-                ),
-                ("head X", big, ["head", "-n", "5", "{mnt}/X/data.csv"], ("head X", x, None)),
-                (
-                    "X slice",
-                    big,
-                    ["cat", "{mnt}/X/slices/" + slice_name],
-                    ("X slice", x, list(rows_range)),
-                ),
+                ("ls -R", pbmc, ["ls", "-R", "{mnt}"], []),
+                ("obs csv", pbmc, ["cat", "{mnt}/obs/data.csv"], ["obs"]),
+                ("var parquet", pbmc, ["cat", "{mnt}/ms/RNA/var/data.parquet"], ["ms", "RNA", "var"]),
+                ("head X", big, ["head", "-n", "5", "{mnt}/X/data.csv"], ["X"]),
+                ("X slice", big, ["cat", "{mnt}/X/slices/" + slice_name], ["X"]),
             ]
             for delay in delays:
                 proxy.set_delay(delay)
-                for name, uri, command, (task, py_uri, arg) in tasks:
+                for name, uri, command, path in tasks:
+                    arg = list(rows_range) if name == "X slice" else None
                     best_m = best_p = (float("inf"), 0)
                     for _ in range(tries):
                         best_m = min(best_m, mount_side(proxy, uri, cfg, command))
-                        best_p = min(best_p, python_side(proxy, cfg, task, py_uri, arg))
+                        best_p = min(best_p, python_side(proxy, cfg, name, uri, path, arg))
                     rows.append((delay, name, best_m, best_p))
                     print(f"  {delay:g} ms {name}: {best_m[0]:.2f}s/{best_m[1]} vs {best_p[0]:.2f}s/{best_p[1]}",
                           file=sys.stderr, flush=True)
