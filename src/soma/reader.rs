@@ -132,32 +132,6 @@ fn plan(array: &ArrayObject) -> Plan {
     }
 }
 
-/// True when the stored cells lie in one space tile along every index column but the first.
-/// Tiles and cells both in row-major order, global order is then sorted order: each band is
-/// one tile, whose cells come row by row. Such a read needs no sort and no first run of a
-/// few rows (whose tiles the rest of the band would fetch and decompress again): its first
-/// batch holds the first rows, sorted.
-fn one_tile_across(array: &ArrayObject) -> bool {
-    let tile = |column: &Column, value: &Value| -> Option<i128> {
-        let origin = column.schema_domain.as_ref()?.0.as_i128()?;
-        let extent = column.tile_extent.as_ref()?.as_i128()?;
-        let value = value.as_i128()?;
-        (extent > 0).then(|| (value - origin).div_euclid(extent))
-    };
-    array
-        .schema
-        .index_columns()
-        .zip(&array.non_empty_domain)
-        .skip(1)
-        .all(|(column, stored)| match stored {
-            None => true,
-            Some((lo, hi)) => matches!(
-                (tile(column, lo), tile(column, hi)),
-                (Some(a), Some(b)) if a == b
-            ),
-        })
-}
-
 /// Reads of at most this many bytes (estimated) that libtiledb would sort row-major are read
 /// unordered and sorted in memory (see [`BatchReader::open`]).
 const IN_MEMORY_SORT_BYTES: u64 = 64 << 20;
@@ -346,9 +320,6 @@ impl BatchReader {
             || (matches!(plan, Plan::Sorted(Layout::GlobalOrder)) && multi_range(&ranges[0]))
         {
             plan = Plan::Sorted(Layout::RowMajor);
-        }
-        if matches!(plan, Plan::Bands { .. }) && ranges[0].len() <= 1 && one_tile_across(array) {
-            plan = Plan::Sorted(Layout::GlobalOrder);
         }
         // A small sparse read that libtiledb would sort (row-major) is read in global order
         // and sorted here: libtiledb's row-major reader is hundreds of times slower on some
