@@ -26,6 +26,10 @@ runs in one warm interpreter, so both sides are warm; the sides take turns, and 
 
 It prints seconds and ratios (Python time / soma-mount time: above 1 means soma-mount is
 faster). Numbers are for this machine; run it twice and compare on the same machine.
+
+`scripts/bench --latency [--delays 0,20,50] [--tries 3]` runs the latency benchmark instead
+(scripts/bench_latency.py): five tasks over a local S3 server behind a proxy that holds each
+request N ms, against tiledbsoma, with the requests each side sends.
 """
 
 from __future__ import annotations
@@ -326,6 +330,11 @@ def demo_store() -> Path:
 
 
 def main() -> int:
+    if "--latency" in sys.argv[1:]:
+        # The latency benchmark over a local S3 server behind a latency proxy, on its own.
+        import bench_latency
+
+        return bench_latency.main([a for a in sys.argv[1:] if a != "--latency"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(REPO / "bench-data"), help="where to build the data set")
     args = parser.parse_args()

@@ -48,6 +48,20 @@ pub fn catch_panic<T>(work: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
+/// Runs `first` on a thread of its own while this one runs `second`, and returns both
+/// outcomes: two waits on the network (libtiledb calls that each cost round trips) take the
+/// time of the longer. A panic in `first` goes on in the caller, as if it had run here.
+pub fn at_once<A: Send, B>(first: impl FnOnce() -> A + Send, second: impl FnOnce() -> B) -> (A, B) {
+    std::thread::scope(|scope| {
+        let first = scope.spawn(first);
+        let second = second();
+        let first = first
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (first, second)
+    })
+}
+
 /// Work done once per key at a time: a caller that comes while the work on its key is under
 /// way waits for it and takes its outcome, success or failure, rather than doing it again
 /// (two looks that open one object, two opens that generate one file). Once no one waits,

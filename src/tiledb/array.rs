@@ -1,6 +1,7 @@
 //! TileDB arrays opened for reading: schema (dimensions, attributes, enumerations, current
 //! domain), non-empty domain, metadata and fragments.
 
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::c_void;
 use std::ptr;
 
@@ -290,8 +291,27 @@ impl Array {
         bounds_from_bytes(dim.datatype, &buf[..len]).map(Some)
     }
 
-    /// The enumeration named `name` (an attribute's `enumeration`), loaded from the array.
-    pub fn enumeration(&self, name: &str) -> Result<EnumerationInfo> {
+    /// The enumerations named (attributes' `enumeration`s), by name. libtiledb loads every
+    /// enumeration of the schema in one call, fetching them at once (on object storage, one
+    /// round trip for all rather than one each); an array without any costs nothing.
+    pub fn enumerations<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<HashMap<String, EnumerationInfo>> {
+        let names: BTreeSet<&str> = names.into_iter().collect();
+        if names.is_empty() {
+            return Ok(HashMap::new());
+        }
+        // SAFETY: `self.raw` is the open array `self` owns.
+        unsafe { tiledb_call!(&self.ctx, tiledb_array_load_all_enumerations(self.raw)) }?;
+        names
+            .into_iter()
+            .map(|name| Ok((name.to_owned(), self.enumeration(name)?)))
+            .collect()
+    }
+
+    /// The enumeration named `name`, as loaded (a load of its own when it was not).
+    fn enumeration(&self, name: &str) -> Result<EnumerationInfo> {
         let c_name = c_string(name)?;
         let mut raw = ptr::null_mut();
         // SAFETY: `self.raw` is the open array `self` owns and `c_name` outlives the call;

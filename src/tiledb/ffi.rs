@@ -257,6 +257,10 @@ extern "C" {
         name: *const c_char,
         enumeration: *mut *mut tiledb_enumeration_t,
     ) -> capi_return_t;
+    pub fn tiledb_array_load_all_enumerations(
+        ctx: *mut tiledb_ctx_t,
+        array: *const tiledb_array_t,
+    ) -> capi_return_t;
 
     // array_schema_api_external.h, array_schema_api_experimental.h
     pub fn tiledb_array_schema_free(array_schema: *mut *mut tiledb_array_schema_t);

@@ -1,0 +1,218 @@
+"""A latency proxy for the S3 tests and the latency benchmark: an HTTP proxy on 127.0.0.1 in
+front of a local S3 server (s3server.py) that holds each request `delay_ms` milliseconds
+before forwarding it, the way an object store's first byte comes 20-100 ms after the request
+is sent, and counts the requests that pass.
+
+Each connection is served by a thread of its own and each request waits out its delay on
+that thread, so requests sent at once are held at once: the proxy adds latency, not a queue,
+as a real object store does. The record of requests is shared by those threads under a lock.
+
+    with LatencyProxy(server.port, delay_ms=20) as proxy:
+        cfg = server.tiledb_config(vfs__s3__endpoint_override=proxy.endpoint)
+        ...
+        proxy.reset()
+        ...                      # what is measured
+        proxy.count(), proxy.summary()
+
+Run alone: `python s3proxy.py UPSTREAM_PORT DELAY_MS [PORT]` serves until interrupted.
+"""
+
+from __future__ import annotations
+
+import collections
+import http.client
+import http.server
+import socketserver
+import sys
+import threading
+import time
+import urllib.parse
+
+# Hop-by-hop headers (RFC 9110 7.6.1) are the proxy's own, not forwarded either way.
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+}
+UPSTREAM_TIMEOUT = 60.0
+
+
+def kind_of(method: str, target: str) -> str:
+    """What an S3 request does, for the counts: LIST (a bucket listing), GET, HEAD, PUT,
+    DELETE or POST."""
+    parsed = urllib.parse.urlsplit(target)
+    query = urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
+    parts = [p for p in parsed.path.split("/") if p]
+    if method == "GET" and len(parts) <= 1 and ("list-type" in query or "prefix" in query or "delimiter" in query):
+        return "LIST"
+    return method
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as libtiledb's S3 client expects
+    server: "_Server"
+
+    def log_message(self, format, *args):  # noqa: A002 -- the base class's name
+        pass
+
+    def _forward(self) -> None:
+        proxy = self.server.proxy
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        proxy._record(self.command, self.path)
+        if proxy.delay_s > 0:
+            time.sleep(proxy.delay_s)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+        conn = self.server.upstream_connection()
+        try:
+            conn.request(self.command, self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException):
+            self.server.drop_upstream_connection()
+            self.send_error(502, "upstream S3 server unreachable")
+            return
+        self.send_response(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in HOP_BY_HOP and k.lower() != "content-length":
+                self.send_header(k, v)
+        if self.command == "HEAD":
+            # A HEAD answer carries the object's length, without the object.
+            self.send_header("Content-Length", resp.getheader("Content-Length") or "0")
+            self.end_headers()
+        else:
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        if resp.will_close:
+            self.server.drop_upstream_connection()
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, addr, proxy: "LatencyProxy"):
+        super().__init__(addr, _Handler)
+        self.proxy = proxy
+        self._local = threading.local()
+
+    def upstream_connection(self) -> http.client.HTTPConnection:
+        """This thread's connection to the S3 server (each client connection has a thread,
+        and keeps one upstream connection alive as the client keeps its own)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection("127.0.0.1", self.proxy.upstream_port, timeout=UPSTREAM_TIMEOUT)
+            self._local.conn = conn
+        return conn
+
+    def drop_upstream_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+class LatencyProxy:
+    """The proxy on 127.0.0.1:port (a free port unless given), forwarding to the S3 server
+    on 127.0.0.1:upstream_port after holding each request delay_ms. Always stop() it (it is
+    also a context manager)."""
+
+    def __init__(self, upstream_port: int, delay_ms: float = 0, port: int = 0):
+        self.upstream_port = upstream_port
+        self.delay_s = delay_ms / 1000.0
+        self._lock = threading.Lock()
+        self._requests: list[tuple[str, str]] = []
+        self._server = _Server(("127.0.0.1", port), self)
+        self.port = self._server.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def set_delay(self, delay_ms: float) -> None:
+        self.delay_s = delay_ms / 1000.0
+
+    def start(self) -> "LatencyProxy":
+        self._thread = threading.Thread(target=self._server.serve_forever, name="s3proxy", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(10)
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self) -> "LatencyProxy":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- the record --------------------------------------------------------------------
+
+    def _record(self, method: str, target: str) -> None:
+        with self._lock:
+            self._requests.append((method, target))
+
+    def reset(self) -> None:
+        """Forget the requests seen so far."""
+        with self._lock:
+            self._requests.clear()
+
+    def requests(self) -> list[tuple[str, str]]:
+        """(method, target) of each request since the last reset, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    def count(self, prefix: str | None = None) -> int:
+        """Requests since the last reset; with prefix, those whose path (after the bucket)
+        or listing prefix starts with it."""
+        if prefix is None:
+            with self._lock:
+                return len(self._requests)
+        return sum(1 for m, t in self.requests() if key_of(t).startswith(prefix))
+
+    def summary(self) -> dict[str, int]:
+        """Requests since the last reset by kind (LIST, GET, HEAD, ...)."""
+        return dict(collections.Counter(kind_of(m, t) for m, t in self.requests()))
+
+
+def key_of(target: str) -> str:
+    """The object key a request names (for a listing, its prefix), without the bucket."""
+    parsed = urllib.parse.urlsplit(target)
+    parts = parsed.path.lstrip("/").split("/", 1)
+    if len(parts) == 2 and parts[1]:
+        return urllib.parse.unquote(parts[1])
+    query = urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
+    return query.get("prefix", [""])[0]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (3, 4):
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    proxy = LatencyProxy(int(argv[1]), float(argv[2]), int(argv[3]) if len(argv) == 4 else 0)
+    print(f"proxy on {proxy.endpoint} -> 127.0.0.1:{proxy.upstream_port}, {argv[2]} ms", flush=True)
+    try:
+        proxy._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        print(proxy.summary())
+        proxy._server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

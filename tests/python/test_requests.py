@@ -1,0 +1,128 @@
+"""Requests to the object store (issue 19: fewer round trips over S3).
+
+The pbmc fixture is served by a local S3 server (s3server.py) through a counting proxy
+(s3proxy.py). A fresh mount lists `obs/`, or reads `obs/data.csv`; every request the daemon
+sends, from its start until it has been idle for a while (so what it opens ahead of the
+look is counted too), is counted against what tiledbsoma sends for the same thing, from a
+fresh context: the experiment and obs opened, their metadata read (a listing), or
+`obs.read()` (the file). What is served is also compared with tiledbsoma.
+
+The bounds are ratios with a margin over today's counts (34 vs 23 for the listing, 56 vs 44
+for the file, with libtiledb 2.30): one more array opened, or a second open of one, goes
+past them. They are not exact counts of libtiledb's requests.
+
+Run: .venv/bin/python -m pytest tests/python/test_requests.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import test_data as td
+import test_remote as tr
+from s3proxy import LatencyProxy
+from s3server import S3Server, config_args, soma_context
+import somaref
+from somaref import json_equal
+
+import tiledbsoma
+
+BUCKET = "requestbucket"
+STORE = "pbmc"
+# The daemon is idle once no request has passed for this long.
+QUIET = 1.5
+SETTLE_TIMEOUT = 60.0
+LISTING_RATIO = 1.6
+FILE_RATIO = 1.4
+
+
+@pytest.fixture(scope="module")
+def counted(fixtures_dir):
+    """(server, proxy, libtiledb configuration through the proxy) for the pbmc fixture."""
+    server = S3Server()
+    try:
+        server.start()
+        server.create_bucket(BUCKET)
+        server.upload_tree(fixtures_dir / STORE, BUCKET, STORE)
+        with LatencyProxy(server.port) as proxy:
+            yield server, proxy, server.tiledb_config(vfs__s3__endpoint_override=proxy.endpoint)
+    finally:
+        server.close()
+
+
+def settled_count(proxy: LatencyProxy) -> int:
+    """The proxy's count once no request has passed for QUIET seconds."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    last, since = proxy.count(), time.monotonic()
+    while time.monotonic() - since < QUIET:
+        assert time.monotonic() < deadline, f"requests still coming after {SETTLE_TIMEOUT}s"
+        time.sleep(0.1)
+        n = proxy.count()
+        if n != last:
+            last, since = n, time.monotonic()
+    return last
+
+
+def tiledbsoma_count(proxy: LatencyProxy, cfg: dict, fn):
+    """(requests, result) of fn(experiment), the experiment opened from a fresh context."""
+    proxy.reset()
+    with tiledbsoma.open(f"s3://{BUCKET}/{STORE}", context=soma_context(cfg)) as exp:
+        result = fn(exp)
+    return settled_count(proxy), result
+
+
+def report(what: str, mount: int, kinds: dict, reference: int) -> str:
+    return f"{what}: soma-mount {mount} requests ({kinds}), tiledbsoma {reference}"
+
+
+@pytest.mark.timeout(300)
+def test_a_listing_costs_at_most_a_margin_over_tiledbsoma(counted, mount):
+    _server, proxy, cfg = counted
+    proxy.reset()
+    with mount(f"s3://{BUCKET}/{STORE}", *config_args(cfg)) as mountpoint:
+        mp = Path(mountpoint)
+        names = sorted(os.listdir(mp / "obs"))
+        with open(mp / "obs" / "metadata.json", "rb") as f:
+            shown = json.loads(f.read())
+        requests = settled_count(proxy)
+        kinds = proxy.summary()
+
+    def look(exp):
+        return {k: somaref.norm_value(v) for k, v in exp.obs.metadata.items()}
+
+    reference, metadata = tiledbsoma_count(proxy, cfg, look)
+    summary = report("ls obs/ and its metadata.json", requests, kinds, reference)
+    print(summary)
+    assert "data.csv" in names and "metadata.json" in names, names
+    assert json_equal(shown, metadata), f"obs/metadata.json is {shown}, tiledbsoma reads {metadata}"
+    assert requests <= LISTING_RATIO * reference, summary
+
+
+@pytest.mark.timeout(300)
+def test_a_file_costs_at_most_a_margin_over_tiledbsoma(counted, mount):
+    _server, proxy, cfg = counted
+    proxy.reset()
+    probs = td.Problems("obs")
+    with mount(f"s3://{BUCKET}/{STORE}", *config_args(cfg)) as mountpoint:
+        data = td.read_data_file(Path(mountpoint) / "obs" / "data.csv", probs)
+        requests = settled_count(proxy)
+        kinds = proxy.summary()
+
+    def read(exp):
+        return tr.soma_ref("obs", exp.obs)
+
+    reference, ref = tiledbsoma_count(proxy, cfg, read)
+    summary = report("cat obs/data.csv", requests, kinds, reference)
+    print(summary)
+    if data is not None:
+        text = td.decode_utf8(data, "data.csv", probs)
+        if text is not None:
+            td.check_delimited(ref, text, "csv", probs)
+    problems = probs.done()
+    assert not problems, "\n".join(problems)
+    assert requests <= FILE_RATIO * reference, summary
