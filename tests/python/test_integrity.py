@@ -23,7 +23,7 @@ import pytest
 
 import somaref  # noqa: F401  (quiet tiledbsoma warnings)
 import tiledbsoma
-from conftest import mount_guard
+from conftest import mount_guard, wait_until
 
 SMALL_LIMIT = "1K"  # below every data file read here: opening streams it
 
@@ -31,6 +31,16 @@ SMALL_LIMIT = "1K"  # below every data file read here: opening streams it
 def cache_entries(mp) -> list[str]:
     """The files in a mount's cache directory: committed entries and leftovers."""
     return sorted(os.listdir(mp.cache_dir))
+
+
+def stat_or_none(path):
+    """os.stat(path), or None while it fails with EIO."""
+    try:
+        return os.stat(path)
+    except OSError as e:
+        if e.errno != errno.EIO:
+            raise
+        return None
 
 
 def read_bytes(path) -> bytes:
@@ -66,6 +76,10 @@ def test_a_streamed_generation_that_fails_is_an_error_and_leaves_nothing(
             read_bytes(path)
         assert failed.value.errno == errno.EIO
         assert not [e for e in cache_entries(mp) if e.endswith(".data")], "a failed file was cached"
+        # The kernel tells the daemon that the file was closed after close() returns
+        # (FUSE's release is sent in the background): until then a stat still asks about
+        # the failed generation that the open handle reads, and fails with it.
+        assert wait_until(lambda: stat_or_none(path) is not None, 5), "stat fails after close"
         assert os.stat(path).st_size == 0, "a failed file has no size"
         # The fault fires once: the next open generates the file afresh, and whole.
         text = read_bytes(path)

@@ -7,7 +7,7 @@ kernel forgetting inodes, slow generations, one memory budget, and `soma-mount s
    one than the same reader saw before for the same path, and never one older than the
    TTL allows; the daemon's RSS, inode count, open fds and threads stay flat while the
    page cache's dentries and inodes are dropped periodically (the kernel sends FORGET).
-   It runs for SOMA_SOAK_SECONDS seconds (default 100, the CI setting; at least 60); set
+   It runs for SOMA_SOAK_SECONDS seconds (default 60, the CI setting; at least 60); set
    it higher for a real soak, e.g. SOMA_SOAK_SECONDS=3600 (its pytest timeout follows).
 2. Forget (test_forget_releases_inodes_after_drop_caches): 50,000 distinct slice names
    stat'ed raise the daemon's inode count by about that; dropping the kernel's caches
@@ -200,7 +200,7 @@ def running_paths(s: dict) -> list[str]:
 
 
 # At least 60 s: flatness compares the first third of the samples with the second half.
-SOAK_SECONDS = max(60.0, float(os.environ.get("SOMA_SOAK_SECONDS", "100")))
+SOAK_SECONDS = max(60.0, float(os.environ.get("SOMA_SOAK_SECONDS", "60")))
 APPEND_EVERY = 2.5  # seconds between tiledbsoma's appends
 ROWS_PER_APPEND = 60
 X_COLS = 8
@@ -791,7 +791,7 @@ class SoakRun:
 
 @pytest.mark.timeout(int(SOAK_SECONDS) + 420)
 def test_soak_appends_under_readers(tmp_path, mount):
-    """tiledbsoma appends to obs and X every 2.5 s for SOMA_SOAK_SECONDS (default 100)
+    """tiledbsoma appends to obs and X every 2.5 s for SOMA_SOAK_SECONDS (default 60)
     while 4 reader threads read whole data files (csv/tsv/jsonl/parquet), metadata.json,
     schema.json, by/ files, named and listed slices, walk the tree and stat thousands of
     distinct slice names, through a mount with --metadata-ttl 1. Every 6 s the readers
