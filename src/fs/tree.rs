@@ -198,11 +198,6 @@ impl Tree {
         })
     }
 
-    /// Whether the daemon is ending.
-    pub fn stopped(&self) -> bool {
-        self.background.stopped()
-    }
-
     /// Ends the background work: refuses new work, lets member opens under way skip the
     /// members they have not started, stops every file still being generated (its readers
     /// are gone with the mount), and waits up to `limit` for all of it to end: false if some
