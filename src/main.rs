@@ -355,12 +355,10 @@ fn mount(cli: &Cli) -> Result<(Arc<Tree>, fuser::BackgroundSession, Arc<AtomicBo
 /// How long listings and metadata are kept before the store is asked again: the TTL, or
 /// the life of the mount for a store shown as of a time already past, which cannot change.
 fn metadata_ttl(cli: &Cli) -> Duration {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    match cli.timestamp {
-        Some(ms) if u128::from(ms) <= now_ms => Duration::MAX,
-        _ => Duration::from_secs_f64(cli.metadata_ttl),
+    if soma_mount::soma::shows_the_past(cli.timestamp) {
+        Duration::MAX
+    } else {
+        Duration::from_secs_f64(cli.metadata_ttl)
     }
 }
 

@@ -15,7 +15,7 @@ pub mod spatial;
 pub mod tenx;
 
 pub use error::{Error, Result};
-pub use object::{ArrayObject, GroupObject, Objects, SomaObject, SomaType, Store};
+pub use object::{shows_the_past, ArrayObject, GroupObject, Objects, SomaObject, SomaType, Store};
 pub use reader::{dense_values, BatchReader, ReadAhead, Selection, BATCH_BYTES};
 pub use schema::{arrow_type, Column, SomaSchema};
 pub use slice::{chunks, estimated_cells};

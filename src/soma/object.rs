@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::sync::{at_once, Recover, SingleFlight};
 use crate::tiledb::{
-    self, Array, Config, Context, Fragment, FragmentInfo, Group, Member, Metadata, ObjectType,
+    self, Array, Config, Context, Fragment, FragmentInfo, Group, Member, Metadata, ObjectType, Vfs,
 };
 
 use super::schema::SomaSchema;
@@ -244,6 +244,8 @@ impl Objects for Store {
 /// objects opened lately.
 pub struct Store {
     ctx: Context,
+    /// Lists an array's commits after its open (see [`Store::lists_every_fragment`]).
+    vfs: Vfs,
     timestamp_ms: Option<u64>,
     /// Objects opened less than `reuse_for` ago, by URI: opening one again meanwhile gives
     /// the same snapshot without a round of requests (`10x/` opens obs, var and X, which the
@@ -254,6 +256,10 @@ pub struct Store {
     /// opened ahead of a look) waits for the first and takes its snapshot, or its error.
     opening: SingleFlight<String, tiledb::Result<Arc<SomaObject>>>,
 }
+
+/// How many times an array is opened while fragments keep being committed during its open
+/// (each try takes a few round trips; a store written that often is rare).
+const OPEN_ATTEMPTS: usize = 8;
 
 /// The libtiledb settings soma-mount always uses: var-sized buffers come out as Arrow large
 /// offsets (64-bit, with the extra final element, in bytes), and freed memory is kept for
@@ -296,8 +302,10 @@ impl Store {
         for (key, value) in settings {
             config.set(key, value)?;
         }
+        let ctx = Context::new(&config)?;
         Ok(Store {
-            ctx: Context::new(&config)?,
+            vfs: Vfs::new(&ctx)?,
+            ctx,
             timestamp_ms,
             recent: Mutex::default(),
             reuse_for,
@@ -372,39 +380,36 @@ impl Store {
         })
     }
 
+    /// Opens the array at `uri` with the list of exactly the fragments the open reads.
     fn open_array(&self, uri: &str) -> tiledb::Result<ArrayObject> {
-        // The fragment list, which keys the cache, is loaded before the array is opened: a
-        // fragment committed between the two is then read but not in the key, and the next
-        // snapshot, which has it, has a new key. The other way round, it would be in the key
-        // but not read, and every later snapshot would be served those stale bytes.
+        for _ in 0..OPEN_ATTEMPTS {
+            if let Some(array) = self.open_array_once(uri)? {
+                return Ok(array);
+            }
+            log::info!("{uri}: a fragment was committed while it was opened: opening it again");
+        }
+        Err(tiledb::Error::new(format!(
+            "{uri}: fragments were committed during each of {OPEN_ATTEMPTS} opens"
+        )))
+    }
+
+    /// One try of [`Self::open_array`]: `None` when a fragment was committed during it, so
+    /// that the fragment list may not be the open's.
+    fn open_array_once(&self, uri: &str) -> tiledb::Result<Option<ArrayObject>> {
+        // The fragment list is loaded before the array is opened, so that it holds no
+        // fragment the open does not: libtiledb 2.30 gives no way to the fragments an open
+        // array holds. A fragment committed between the two would be read but not listed
+        // (not counted in `cell_count`, not in the cache key), so the commits are looked at
+        // again once the array is open, one listing, and the open is tried again if any.
         //
-        // libtiledb 2.30 gives no way to the fragments an open array holds, so the list is a
-        // load of its own. One after the other, the open finds the schemas and fragment
-        // footers the list fetched in libtiledb's read-ahead cache; loaded at once (in a
-        // store as of a past time, which cannot change), both fetched them, 11 requests more
-        // on pbmc's obs for one round trip less. See docs/PERFORMANCE.md.
+        // One after the other, the open finds the schemas and fragment footers the list
+        // fetched in libtiledb's read-ahead cache; loaded at once (in a store as of a past
+        // time, which cannot change), both fetched them, 11 requests more on pbmc's obs for
+        // one round trip less. See docs/PERFORMANCE.md.
         let fragment_info = FragmentInfo::load(&self.ctx, uri)?;
+        crate::fault::pass(crate::fault::Point::Open);
         let array = Array::open(&self.ctx, uri, self.timestamp_ms)?;
         let info = array.schema()?.info()?;
-        // Each is fetched on first use: at once, one round trip for both.
-        let (metadata, enumerations) = at_once(
-            || array.metadata(),
-            || {
-                array.enumerations(
-                    info.attributes
-                        .iter()
-                        .filter_map(|attr| attr.enumeration.as_deref()),
-                )
-            },
-        );
-        let (metadata, enumerations) = (metadata?, enumerations?);
-        let soma_type = SomaType::recognise(ObjectType::Array, &metadata);
-        let non_empty_domain = info
-            .dimensions
-            .iter()
-            .enumerate()
-            .map(|(i, dim)| array.non_empty_domain(i as u32, dim))
-            .collect::<tiledb::Result<Vec<_>>>()?;
         // Reads go through this open (schema evolutions and fragments alike): fragments
         // written since it are not part of the snapshot.
         let opened_at_ms = array.open_timestamp_end()?;
@@ -413,6 +418,33 @@ impl Store {
             .into_iter()
             .filter(|f| f.timestamp_range.1 <= opened_at_ms)
             .collect();
+        // Each is fetched on first use: at once, one round trip for all three.
+        let ((metadata, enumerations), listed_all) = at_once(
+            || {
+                at_once(
+                    || array.metadata(),
+                    || {
+                        array.enumerations(
+                            info.attributes
+                                .iter()
+                                .filter_map(|attr| attr.enumeration.as_deref()),
+                        )
+                    },
+                )
+            },
+            || self.lists_every_fragment(uri, &fragments, opened_at_ms),
+        );
+        if !listed_all? {
+            return Ok(None);
+        }
+        let (metadata, enumerations) = (metadata?, enumerations?);
+        let soma_type = SomaType::recognise(ObjectType::Array, &metadata);
+        let non_empty_domain = info
+            .dimensions
+            .iter()
+            .enumerate()
+            .map(|(i, dim)| array.non_empty_domain(i as u32, dim))
+            .collect::<tiledb::Result<Vec<_>>>()?;
         let mut array = ArrayObject {
             uri: uri.to_owned(),
             soma_type,
@@ -425,6 +457,38 @@ impl Store {
             handle: Some(Arc::new(array)),
         };
         array.content_id = array.content_digest();
-        Ok(array)
+        Ok(Some(array))
     }
+
+    /// Whether `listed`, loaded before an open at `opened_at_ms`, holds every fragment that
+    /// open reads: it holds none the open does not, so only a fragment committed since it
+    /// was loaded, stamped no later than the open, can be missing. A store as of a past time
+    /// cannot change; otherwise one listing of the commits tells, or where it cannot (see
+    /// [`tiledb::commits_beyond`]) the fragment list loaded again, which holds all the open
+    /// reads and more only if something was committed meanwhile.
+    fn lists_every_fragment(
+        &self,
+        uri: &str,
+        listed: &[Fragment],
+        opened_at_ms: u64,
+    ) -> tiledb::Result<bool> {
+        if shows_the_past(self.timestamp_ms) {
+            return Ok(true);
+        }
+        if let Some(beyond) = tiledb::commits_beyond(&self.vfs, uri, listed, opened_at_ms) {
+            return Ok(!beyond);
+        }
+        let now = FragmentInfo::load(&self.ctx, uri)?.fragments(None)?;
+        let now = now.iter().filter(|f| f.timestamp_range.1 <= opened_at_ms);
+        Ok(now.map(|f| &f.uri).eq(listed.iter().map(|f| &f.uri)))
+    }
+}
+
+/// Whether a store shown as of `timestamp_ms` (the mount's `--timestamp`, none for now)
+/// shows a time already past, which cannot change.
+pub fn shows_the_past(timestamp_ms: Option<u64>) -> bool {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    timestamp_ms.is_some_and(|ms| u128::from(ms) <= now_ms)
 }

@@ -81,6 +81,7 @@ opaque!(
     tiledb_query_t,
     tiledb_subarray_t,
     tiledb_query_condition_t,
+    tiledb_vfs_t,
 );
 
 /// One dimension's range in an ND rectangle (`ndrectangle_api_external_experimental.h`).
@@ -482,6 +483,23 @@ extern "C" {
         fid: u32,
         start: *mut u64,
         end: *mut u64,
+    ) -> capi_return_t;
+}
+
+extern "C" {
+    // vfs_api_external.h
+    pub fn tiledb_vfs_alloc(
+        ctx: *mut tiledb_ctx_t,
+        config: *mut tiledb_config_t,
+        vfs: *mut *mut tiledb_vfs_t,
+    ) -> capi_return_t;
+    pub fn tiledb_vfs_free(vfs: *mut *mut tiledb_vfs_t);
+    pub fn tiledb_vfs_ls(
+        ctx: *mut tiledb_ctx_t,
+        vfs: *mut tiledb_vfs_t,
+        path: *const c_char,
+        callback: Option<unsafe extern "C" fn(*const c_char, *mut c_void) -> i32>,
+        data: *mut c_void,
     ) -> capi_return_t;
 }
 

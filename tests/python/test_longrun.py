@@ -9,6 +9,8 @@ kernel forgetting inodes, slow generations, one memory budget, and `soma-mount s
    page cache's dentries and inodes are dropped periodically (the kernel sends FORGET).
    It runs for SOMA_SOAK_SECONDS seconds (default 60, the CI setting; at least 60); set
    it higher for a real soak, e.g. SOMA_SOAK_SECONDS=3600 (its pytest timeout follows).
+   A fragment committed while an array is opened (test_a_fragment_committed_during_an_
+   open_is_in_its_snapshot): the daemon held between the fragment list and the open.
 2. Forget (test_forget_releases_inodes_after_drop_caches): 50,000 distinct slice names
    stat'ed raise the daemon's inode count by about that; dropping the kernel's caches
    brings it back within seconds, four times over, and RSS does not creep.
@@ -863,6 +865,47 @@ def test_soak_appends_under_readers(tmp_path, mount):
         if run.status_error:
             problems.append(f"the status file could not be read: {run.status_error}")
         td.fail_if(problems, "soak problems")
+
+
+OPEN_PAUSE_MS = 3000  # SOMA_MOUNT_PAUSE: held between an array's fragment list and its open
+
+
+@pytest.mark.timeout(180)
+def test_a_fragment_committed_during_an_open_is_in_its_snapshot(tmp_path, mount, monkeypatch):
+    """An array's fragment list is loaded, then the array opened (libtiledb 2.30 tells no
+    open array's fragments). With the daemon held between the two (SOMA_MOUNT_PAUSE), the
+    test has tiledbsoma append: X/schema.json (its cell_count from the list, its
+    non_empty_domain from the open) and X/data.csv must then show one state that
+    tiledbsoma wrote, the one after the append, which the daemon's log says it opened
+    again for. The soak once saw a schema.json with the domain of one state and the
+    count of the state before."""
+    store = LiveStore(str(tmp_path / "live"))
+    store.create()
+    monkeypatch.setenv("SOMA_MOUNT_PAUSE", f"open:{OPEN_PAUSE_MS}")
+    with mount(store.uri, "-v", "--metadata-ttl", "600") as mp:
+        schema_path = Path(mp) / "X" / "schema.json"
+        got: dict = {}
+        reader = threading.Thread(target=lambda: got.update(schema=schema_path.read_bytes()), daemon=True)
+        started = time.monotonic()
+        reader.start()
+        # The open of X starts when the lookup reaches it, at once: append well inside the
+        # pause, then see that the append's write was done before the pause ended.
+        time.sleep(OPEN_PAUSE_MS / 1000 / 4)
+        snap = store.append()
+        assert snap.written_at - started < OPEN_PAUSE_MS / 1000 * 0.9, (
+            f"the append took {snap.written_at - started:.1f}s: it did not land inside the held open"
+        )
+        reader.join(60)
+        assert "schema" in got, "reading X/schema.json failed or hung"
+        problems = tt._compare_schema("X/schema.json", load_json_strict(got["schema"].decode()), snap.schema_json["X"])
+        spec = whole("X", "csv")
+        ks, data_problems = matching_snapshots(store, spec, (Path(mp) / spec.rel).read_bytes(), len(store.snapshots))
+        if ks != [snap.k]:
+            problems += [f"X/data.csv shows states {ks}, not {snap.k}"] + data_problems
+        log = Path(mp.log).read_text(errors="replace")
+        if "opening it again" not in log:
+            problems.append("the daemon's log does not say that it opened X again")
+        td.fail_if(problems, "problems with a fragment committed during an open")
 
 
 # --------------------------------------------------------------------------------------
