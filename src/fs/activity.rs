@@ -122,6 +122,11 @@ impl Progress {
     }
 }
 
+/// Whether this thread runs a generation (which holds a generation slot).
+pub fn generating() -> bool {
+    CURRENT.with(|c| c.borrow().is_some())
+}
+
 /// Counts rows handed to the encoder of the generation running on this thread.
 pub fn count_rows(rows: usize) {
     CURRENT.with(|c| {

@@ -91,7 +91,9 @@ impl io::Write for CountingFile<'_> {
 }
 
 /// Generates the cache entry for `key` whole into its temporary file (given open, and by
-/// path), unless there is one. It waits for a generation slot first, and is shown by
+/// path), unless there is one. It waits for a generation slot first, unless it runs inside
+/// another generation (a Zarr chunk that needs its matrix's entries per row kept first),
+/// which holds one for both: waiting there could wait for itself. It is shown by
 /// `soma-mount status` while it runs.
 fn generate_into(
     cache: &ContentCache,
@@ -107,7 +109,7 @@ fn generate_into(
         if cache.size(key).is_some() {
             return Ok(());
         }
-        let _slot = crate::budget::generations().take(1);
+        let _slot = (!activity::generating()).then(|| crate::budget::generations().take(1));
         let progress = Progress::begin();
         let started = std::time::Instant::now();
         let (pending, file) = cache.begin(key).map_err(|e| FsError::io(what, e))?;

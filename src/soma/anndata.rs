@@ -526,6 +526,42 @@ impl Axis<'_> {
     }
 }
 
+/// Whether every coordinate of dimension `dim` that `array` stores is on `axis`: those of its
+/// non-empty domain from lo to hi are when both ends are, as many places apart.
+fn holds_stored(axis: Axis, array: &ArrayObject, dim: usize) -> bool {
+    let Some((lo, hi)) = array.non_empty_domain.get(dim).cloned().flatten() else {
+        return true;
+    };
+    match (lo.as_i128(), hi.as_i128()) {
+        (Some(lo), Some(hi)) => match (axis.at(lo as i64), axis.at(hi as i64)) {
+            (Some(first), Some(last)) => (last - first) as i128 == hi - lo,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// The entries of a sparse matrix on `rows` and `cols`, when its fragments tell them
+/// without a read: every stored cell is on both axes, and no two fragments hold cells of a
+/// row in common, so that none can hold a cell another holds too (which a read would show
+/// once). `None`: count them ([`row_counts`]).
+pub fn entry_count(array: &ArrayObject, (rows, cols): (Axis, Axis)) -> Option<u64> {
+    if array.schema.dense || !holds_stored(rows, array, 0) || !holds_stored(cols, array, 1) {
+        return None;
+    }
+    let mut bands = array
+        .fragments
+        .iter()
+        .map(|f| match &f.first_dimension {
+            Some((lo, hi)) => Some((lo.as_i128()?, hi.as_i128()?)),
+            None => None,
+        })
+        .collect::<Option<Vec<(i128, i128)>>>()?;
+    bands.sort_unstable();
+    let apart = bands.windows(2).all(|pair| pair[0].1 < pair[1].0);
+    apart.then(|| array.stored_cells())
+}
+
 /// Entries per row of a matrix (those whose row and column are on `rows` and `cols`),
 /// counted from the coordinates alone: the first dimension's, and the second's only when
 /// some columns may be off the axis; read in no particular order.
@@ -544,17 +580,7 @@ pub fn row_counts(array: &ArrayObject, (rows, cols): (Axis, Axis)) -> Result<Vec
         )));
     };
     // The column of a cell is only looked at when some could be off the axis.
-    let all_columns = match (cols, array.non_empty_domain.get(1).cloned().flatten()) {
-        (_, None) => true,
-        (cols, Some((lo, hi))) => match (lo.as_i128(), hi.as_i128()) {
-            // Every column from lo to hi is on the axis when both are, as many places apart.
-            (Some(lo), Some(hi)) => match (cols.at(lo as i64), cols.at(hi as i64)) {
-                (Some(first), Some(last)) => (last - first) as i128 == hi - lo,
-                _ => false,
-            },
-            _ => false,
-        },
-    };
+    let all_columns = holds_stored(cols, array, 1);
     let only: Vec<&str> = if all_columns {
         vec![row_dim]
     } else {

@@ -291,3 +291,42 @@ def test_entries_per_row_are_counted_once_for_daemons_that_share_a_cache(atlas, 
     assert xs[0] == xs[1]
     indptr = np.frombuffer(xs[0], dtype="<i8")[: N_OBS + 1]
     assert np.array_equal(np.diff(indptr), np.full(N_OBS, PER_CELL))
+
+
+def overwritten_store(tmp_path: Path) -> Path:
+    """An experiment whose X is written in fragments that share rows: columns 0-1 of every
+    row, then columns 2-3, then two cells again with new values (a read shows each once,
+    the later value); and a cell in a row that obs does not hold (to_anndata leaves it
+    out). The fragments' cell counts add up to 16, the array holds 14 cells, and
+    to_anndata reads 12 on obs's rows."""
+    store = tmp_path / "overwritten"
+    obs_schema = pa.schema([("soma_joinid", pa.int64()), ("obs_id", pa.large_string())])
+    var_schema = pa.schema([("soma_joinid", pa.int64()), ("var_id", pa.large_string())])
+    with tiledbsoma.Experiment.create(str(store)) as exp:
+        obs = exp.add_new_dataframe("obs", schema=obs_schema, domain=[(0, 3)])
+        obs.write(pa.table({"soma_joinid": [0, 1, 2], "obs_id": ["c0", "c1", "c2"]}, schema=obs_schema))
+        rna = exp.add_new_collection("ms").add_new_collection("RNA", tiledbsoma.Measurement)
+        var = rna.add_new_dataframe("var", schema=var_schema, domain=[(0, 3)])
+        var.write(pa.table({"soma_joinid": [0, 1, 2, 3], "var_id": ["g0", "g1", "g2", "g3"]}, schema=var_schema))
+        rna.add_new_collection("X").add_new_sparse_ndarray("data", type=pa.float32(), shape=(4, 4))
+    x_uri = str(store / "ms" / "RNA" / "X" / "data")
+    for rows, cols in [([0, 1, 2], [0, 1]), ([0, 1, 2, 3], [2, 3]), ([0, 2], [1])]:
+        i, j = (a.ravel() for a in np.meshgrid(np.array(rows), np.array(cols), indexing="ij"))
+        with tiledbsoma.open(x_uri, "w") as x:
+            x.write(pa.table({"soma_dim_0": i, "soma_dim_1": j, "soma_data": (10 * i + j + 0.5).astype(np.float32)}))
+    return store
+
+
+def test_a_matrix_whose_fragments_share_rows_is_counted(tmp_path, soma_mount_bin):
+    """The number of entries of X comes from its fragments only when they cannot hold a
+    cell twice and every cell is on obs and var; here neither holds, so the entries are
+    counted, and the store equals to_anndata."""
+    store = overwritten_store(tmp_path)
+    expected = reference(store, "RNA")
+    assert expected.X.nnz == 12
+    with mount_guard(store, label="zarr overwritten") as mp:
+        path = Path(mp, "anndata", "RNA.zarr")
+        meta = json.loads((path / "X" / "data" / ".zarray").read_text())
+        assert meta["shape"] == [12]
+        got = read_zarr_quietly(path)
+    assert_anndata_equal(got, expected, "overwritten zarr")

@@ -13,11 +13,14 @@
 //! whole into the cache when opened (a text chunk also by a `stat` with `--exact-sizes`).
 //!
 //! Making the metadata needs the rows of obs and var (their join ids, and which columns
-//! hold nulls) and each CSR matrix's entries per row (its `indptr`, and the length of
-//! `data` and `indices`): counted from the coordinates alone, once per array snapshot
-//! ([`anndata::row_counts`]), and kept in the cache, so that a daemon started again on the
-//! same cache does not count them again. A chunk of `data` or `indices` then reads only the
-//! rows that hold its entries.
+//! hold nulls) and each CSR matrix's number of entries (the length of `data` and
+//! `indices`), which the array's fragments tell when no two of them share a row and every
+//! cell is on obs and var ([`anndata::entry_count`]): the usual store is listed without
+//! reading a matrix. Its entries per row (`indptr`) are counted from the coordinates alone
+//! when a chunk first needs them, once per array snapshot ([`anndata::row_counts`]), and
+//! kept in the cache, so that a daemon started again on the same cache does not count them
+//! again; a matrix whose fragments cannot tell is counted so when listed. A chunk of
+//! `data` or `indices` then reads only the rows that hold its entries.
 
 use std::io;
 use std::ops::Range;
@@ -53,11 +56,26 @@ use super::{FileContext, FileKind};
 
 /// A measurement as an AnnData Zarr store; its tree is made when first asked for.
 pub struct ZarrStore {
+    origin: Arc<Origin>,
+    root: OnceLock<Result<Arc<ZarrGroup>, String>>,
+}
+
+/// What a store is made from, which its arrays share (an array that held the store would
+/// keep it, and the tree that holds the array, alive for ever).
+struct Origin {
     experiment: Arc<AnnDataExperiment>,
     measurement: Arc<AnnDataMeasurement>,
     /// Where the entries per row of its CSR matrices are kept, with the chunks.
     cache: Arc<ContentCache>,
-    root: OnceLock<Result<Arc<ZarrGroup>, String>>,
+}
+
+impl Origin {
+    fn what(&self) -> String {
+        format!(
+            "{} measurement {} as zarr",
+            self.experiment.obs.uri, self.measurement.name
+        )
+    }
 }
 
 /// A group of the store: its attributes and members (the root also has the consolidated
@@ -83,10 +101,16 @@ pub struct ZarrArray {
     content: Content,
     /// Where it is in the store (for cache keys and messages).
     path: String,
-    store: Arc<ZarrStore>,
+    origin: Arc<Origin>,
 }
 
 impl std::fmt::Debug for ZarrStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.origin.fmt(f)
+    }
+}
+
+impl std::fmt::Debug for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.what())
     }
@@ -99,18 +123,13 @@ impl ZarrStore {
         cache: Arc<ContentCache>,
     ) -> Arc<ZarrStore> {
         Arc::new(ZarrStore {
-            experiment,
-            measurement,
-            cache,
+            origin: Arc::new(Origin {
+                experiment,
+                measurement,
+                cache,
+            }),
             root: OnceLock::new(),
         })
-    }
-
-    fn what(&self) -> String {
-        format!(
-            "{} measurement {} as zarr",
-            self.experiment.obs.uri, self.measurement.name
-        )
     }
 
     /// The root group, made (once) with everything under it.
@@ -118,11 +137,12 @@ impl ZarrStore {
         self.root
             .get_or_init(|| {
                 let started = std::time::Instant::now();
-                let built = build(self).map(Arc::new).map_err(|e| {
-                    warn!("{}: cannot be made: {e}", self.what());
-                    format!("{}: {e}", self.what())
+                let what = self.origin.what();
+                let built = build(&self.origin).map(Arc::new).map_err(|e| {
+                    warn!("{what}: cannot be made: {e}");
+                    format!("{what}: {e}")
                 });
-                log::debug!("made {} in {:?}", self.what(), started.elapsed());
+                log::debug!("made {what} in {:?}", started.elapsed());
                 built
             })
             .clone()
@@ -159,16 +179,22 @@ pub struct ZarrChunk {
 
 impl ZarrChunk {
     pub fn new(array: Arc<ZarrArray>, k: u64) -> ZarrChunk {
-        let store = &array.store;
-        let key = measurement_key("zarr", &store.experiment, &store.measurement, &None, |d| {
-            d.text(&array.path).number(k);
-        });
+        let origin = &array.origin;
+        let key = measurement_key(
+            "zarr",
+            &origin.experiment,
+            &origin.measurement,
+            &None,
+            |d| {
+                d.text(&array.path).number(k);
+            },
+        );
         ZarrChunk { array, k, key }
     }
 
     fn what(&self) -> String {
         let name = self.array.meta.chunk_name(self.k);
-        format!("{} {}/{name}", self.array.store.what(), self.array.path)
+        format!("{} {}/{name}", self.array.origin.what(), self.array.path)
     }
 }
 
@@ -296,11 +322,17 @@ impl MatrixSource {
     }
 }
 
-/// A CSR matrix: its source and entries per row as `indptr` (from 0 to the entries).
+/// A CSR matrix: its source, how many entries it has, and where each row's start.
 #[derive(Debug)]
 struct CsrSource {
     matrix: MatrixSource,
-    indptr: Vec<u64>,
+    /// The length of `data` and `indices`.
+    entries: u64,
+    /// Where each row's entries start, and where the last one's end (`indptr`): counted
+    /// when first needed, unless the fragments could not tell `entries`.
+    indptr: Mutex<Option<Arc<[u64]>>>,
+    /// Where the entries per row are kept.
+    origin: Arc<Origin>,
     /// The entries read last.
     last: Mutex<Option<HeldEntries>>,
     /// Held while reading: one read at a time, so that a reader that waited may find its
@@ -316,13 +348,31 @@ enum CsrPart {
 }
 
 impl CsrSource {
+    /// `indptr`: counted once, and the count kept in the cache ([`row_counts`]).
+    fn indptr(&self) -> io::Result<Arc<[u64]>> {
+        let mut indptr = self.indptr.lock().recover();
+        if let Some(known) = &*indptr {
+            return Ok(known.clone());
+        }
+        let counted = offsets(row_counts(&self.origin.cache, &self.matrix)?);
+        if counted.last() != Some(&self.entries) {
+            return Err(io::Error::other(format!(
+                "{}: {} entries counted, {} in its fragments",
+                self.matrix.array.uri,
+                counted.last().unwrap_or(&0),
+                self.entries
+            )));
+        }
+        Ok(indptr.insert(counted.into()).clone())
+    }
+
     /// The rows (positions) that hold the entries `entries`.
-    fn rows_of(&self, entries: &Range<u64>) -> Range<usize> {
+    fn rows_of(indptr: &[u64], entries: &Range<u64>) -> Range<usize> {
         if entries.is_empty() {
             return 0..0;
         }
-        let first = self.indptr.partition_point(|&p| p <= entries.start) - 1;
-        let end = self.indptr.partition_point(|&p| p < entries.end);
+        let first = indptr.partition_point(|&p| p <= entries.start) - 1;
+        let end = indptr.partition_point(|&p| p < entries.end);
         first..end
     }
 
@@ -351,8 +401,9 @@ impl CsrSource {
     }
 
     fn read_entries(&self, entries: Range<u64>) -> io::Result<HeldEntries> {
-        let rows = self.rows_of(&entries);
-        let mut at = self.indptr.get(rows.start).copied().unwrap_or(0);
+        let indptr = self.indptr()?;
+        let rows = Self::rows_of(&indptr, &entries);
+        let mut at = indptr.get(rows.start).copied().unwrap_or(0);
         let mut pieces: Vec<ArrayRef> = Vec::new();
         let mut columns: Vec<i64> = Vec::new();
         self.matrix.cells(rows, |places, keep, values| {
@@ -388,6 +439,53 @@ impl CsrSource {
             columns: Arc::new(Int64Array::from(columns)),
         })
     }
+}
+
+/// A matrix's entries per row: from the cache, where they are kept per array snapshot
+/// (and obs's and var's) across daemons that share it; else counted, and kept there.
+fn row_counts(cache: &ContentCache, source: &MatrixSource) -> io::Result<Vec<u64>> {
+    let axes_id = source.axes_id();
+    let key = CacheKey::of(|digest| {
+        digest
+            .text("entries per row")
+            .text(&source.array.content_id)
+            .text(&axes_id);
+    });
+    if let Some((file, size)) = cache.open_entry(&key) {
+        let mut bytes = Vec::with_capacity(size as usize);
+        io::Read::read_to_end(&mut &file, &mut bytes)?;
+        let counts: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        if counts.len() == source.axes().0.len() {
+            return Ok(counts);
+        }
+    }
+    let (rows, cols) = source.axes();
+    let counts = anndata::row_counts(&source.array, (rows, cols))?;
+    let what = format!("{}: entries per row", source.array.uri);
+    let kept = generate_whole(cache, &key, &what, |out| {
+        counts
+            .iter()
+            .try_for_each(|count| out.write_all(&count.to_le_bytes()))
+    });
+    if let Err(e) = kept {
+        warn!("{what} cannot be kept in the cache: {e:?}");
+    }
+    Ok(counts)
+}
+
+/// Entries per row as offsets: where each row's start, then where the last one's end.
+fn offsets(counts: Vec<u64>) -> Vec<u64> {
+    let mut total = 0;
+    let mut offsets = Vec::with_capacity(counts.len() + 1);
+    offsets.push(0);
+    offsets.extend(counts.into_iter().map(|count| {
+        total += count;
+        total
+    }));
+    offsets
 }
 
 /// The entries of a CSR matrix read last: their range, values and column positions.
@@ -493,7 +591,8 @@ impl ZarrArray {
                 part,
             } => column_part(frame, column, part, start..end)?,
             Content::Csr(csr, CsrPart::Indptr) => {
-                let pointers = csr.indptr[start..end].iter().map(|&p| p as i64);
+                let indptr = csr.indptr()?;
+                let pointers = indptr[start..end].iter().map(|&p| p as i64);
                 Arc::new(Int64Array::from_iter_values(pointers))
             }
             Content::Csr(csr, part) => {
@@ -582,7 +681,7 @@ fn encoding_attrs(encoding: Encoding) -> Map<String, Json> {
 
 /// Makes the members of groups, each at its path.
 struct Builder<'a> {
-    store: &'a Arc<ZarrStore>,
+    origin: &'a Arc<Origin>,
 }
 
 impl Builder<'_> {
@@ -598,7 +697,7 @@ impl Builder<'_> {
             attrs,
             content,
             path: path.to_owned(),
-            store: self.store.clone(),
+            origin: self.origin.clone(),
         }))
     }
 
@@ -782,14 +881,14 @@ impl Builder<'_> {
             let attrs = encoding_attrs(Encoding::Array);
             return Ok(self.array(path, meta, attrs, Content::Dense(Arc::new(source))));
         }
-        // The counts become the offsets where each row ends, then where each starts.
-        let mut indptr = self.row_counts(&source)?;
-        let mut total = 0u64;
-        for count in indptr.iter_mut() {
-            total += *count;
-            *count = total;
-        }
-        indptr.insert(0, 0);
+        // The entries, from the fragments when they tell, else counted row by row now.
+        let (total, indptr) = match anndata::entry_count(&source.array, source.axes()) {
+            Some(total) => (total, None),
+            None => {
+                let indptr = offsets(row_counts(&self.origin.cache, &source)?);
+                (indptr.last().copied().unwrap_or(0), Some(indptr.into()))
+            }
+        };
         let index_type = if shape[1] <= i32::MAX as u64 {
             DataType::Int32
         } else {
@@ -798,7 +897,9 @@ impl Builder<'_> {
         let value_dtype = Dtype::of(&source.value_type);
         let csr = Arc::new(CsrSource {
             matrix: source,
-            indptr,
+            entries: total,
+            indptr: Mutex::new(indptr),
+            origin: self.origin.clone(),
             last: Mutex::new(None),
             reading: Mutex::new(()),
         });
@@ -815,7 +916,7 @@ impl Builder<'_> {
             (
                 "indptr",
                 Dtype::Number(DataType::Int64),
-                csr.indptr.len() as u64,
+                shape[0] + 1,
                 CsrPart::Indptr,
             ),
         ];
@@ -829,42 +930,6 @@ impl Builder<'_> {
             })
             .collect();
         Ok(group(attrs, members))
-    }
-
-    /// A matrix's entries per row: from the cache, where they are kept per array snapshot
-    /// (and obs's and var's) across daemons that share it; else counted, and kept there.
-    fn row_counts(&self, source: &MatrixSource) -> io::Result<Vec<u64>> {
-        let axes_id = source.axes_id();
-        let key = CacheKey::of(|digest| {
-            digest
-                .text("entries per row")
-                .text(&source.array.content_id)
-                .text(&axes_id);
-        });
-        let cache = &self.store.cache;
-        if let Some((file, size)) = cache.open_entry(&key) {
-            let mut bytes = Vec::with_capacity(size as usize);
-            io::Read::read_to_end(&mut &file, &mut bytes)?;
-            let counts: Vec<u64> = bytes
-                .chunks_exact(8)
-                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-                .collect();
-            if counts.len() == source.axes().0.len() {
-                return Ok(counts);
-            }
-        }
-        let (rows, cols) = source.axes();
-        let counts = anndata::row_counts(&source.array, (rows, cols))?;
-        let what = format!("{}: entries per row", source.array.uri);
-        let kept = generate_whole(cache, &key, &what, |out| {
-            counts
-                .iter()
-                .try_for_each(|count| out.write_all(&count.to_le_bytes()))
-        });
-        if let Err(e) = kept {
-            warn!("{what} cannot be kept in the cache: {e:?}");
-        }
-        Ok(counts)
     }
 
     /// A mapping of matrices (`layers`, `obsm`, …).
@@ -940,10 +1005,10 @@ fn group(attrs: Map<String, Json>, members: Vec<(String, ZarrNode)>) -> ZarrNode
 }
 
 /// Makes the whole tree of a store, and its consolidated metadata.
-fn build(store: &Arc<ZarrStore>) -> io::Result<ZarrGroup> {
-    let experiment = &store.experiment;
-    let m = &*store.measurement;
-    let b = Builder { store };
+fn build(origin: &Arc<Origin>) -> io::Result<ZarrGroup> {
+    let experiment = &origin.experiment;
+    let m = &*origin.measurement;
+    let b = Builder { origin };
     let mut obs_rows = anndata::scan_rows(&experiment.obs, &None)?;
     let mut var_rows = anndata::scan_rows(&m.var, &None)?;
     let obs = AxisRows::new(&experiment.obs, &mut obs_rows);
