@@ -62,6 +62,43 @@ pub fn at_once<A: Send, B>(first: impl FnOnce() -> A + Send, second: impl FnOnce
     })
 }
 
+/// `work` applied to every item, on up to `threads` threads at once (this one among them),
+/// the outcomes in the items' order: waits on the network for many objects (the members of
+/// a group, each opened) take the time of the longest few, not of all. A panic in `work`
+/// goes on in the caller.
+pub fn map_at_once<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    work: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    if items.len() < 2 {
+        return items.iter().map(work).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done: Mutex<Vec<Option<R>>> = Mutex::new(items.iter().map(|_| None).collect());
+    let take_turns = || loop {
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(item) = items.get(i) else { break };
+        let outcome = work(item);
+        done.lock().recover()[i] = Some(outcome);
+    };
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..threads.clamp(1, items.len()))
+            .map(|_| scope.spawn(take_turns))
+            .collect();
+        take_turns();
+        for helper in helpers {
+            if let Err(panic) = helper.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+    let done = done.into_inner().recover();
+    done.into_iter()
+        .map(|outcome| outcome.expect("every item was taken"))
+        .collect()
+}
+
 /// Work done once per key at a time: a caller that comes while the work on its key is under
 /// way waits for it and takes its outcome, success or failure, rather than doing it again
 /// (two looks that open one object, two opens that generate one file). Once no one waits,
@@ -255,6 +292,22 @@ mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
     use std::time::Instant;
+
+    #[test]
+    fn map_at_once_keeps_the_order_and_runs_items_together() {
+        use std::sync::atomic::AtomicUsize;
+        let items: Vec<u64> = (0..40).collect();
+        let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let doubled = map_at_once(&items, 4, |&i| {
+            most.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(5));
+            now.fetch_sub(1, Ordering::SeqCst);
+            2 * i
+        });
+        assert_eq!(doubled, items.iter().map(|i| 2 * i).collect::<Vec<_>>());
+        let most = most.load(Ordering::SeqCst);
+        assert!((2..=4).contains(&most), "{most} items at once");
+    }
 
     #[test]
     fn callers_that_come_during_a_flight_share_its_outcome() {

@@ -15,7 +15,8 @@ use arrow_array::types::Int64Type;
 use arrow_array::{Array as _, ArrayRef, RecordBatch};
 use log::{debug, warn};
 
-use crate::tiledb::{Metadata, ObjectType, Value};
+use crate::sync::{at_once, map_at_once};
+use crate::tiledb::{Member, Metadata, ObjectType, Value};
 
 use super::error::{Error, Result};
 use super::object::{ArrayObject, GroupObject, Objects, SomaObject, SomaType};
@@ -106,27 +107,44 @@ fn member<'a>(group: &'a GroupObject, name: &str) -> Option<&'a crate::tiledb::M
     group.members.iter().find(|m| m.name == name)
 }
 
-/// The group a member of `group` is, opened.
-fn member_group(store: &dyn Objects, group: &GroupObject, name: &str) -> Option<Arc<SomaObject>> {
-    let member = member(group, name)?;
-    let object = open_logged(store, &member.uri, member.object_type)?;
-    matches!(*object, SomaObject::Group(_)).then_some(object)
+/// How many objects of an experiment are opened (or small ones read) at once: each is a
+/// few rounds of requests to the store, so one after the other they would take the sum of
+/// them all.
+pub const AT_ONCE: usize = 8;
+
+/// Every member of `group`, opened at once (`None`: it cannot be, and the log says why).
+fn open_members<'a>(
+    store: &dyn Objects,
+    group: &'a GroupObject,
+) -> Vec<(&'a Member, Option<Arc<SomaObject>>)> {
+    let opened = map_at_once(&group.members, AT_ONCE, |m| {
+        open_logged(store, &m.uri, m.object_type)
+    });
+    group.members.iter().zip(opened).collect()
 }
 
-/// The arrays among a group's members (in member order), opened.
-fn member_arrays(store: &dyn Objects, group: &GroupObject) -> Vec<Named> {
-    group
-        .members
+/// The member `name` of `group`, if it is a group, among those opened.
+fn opened_group<'a>(
+    opened: &'a [(&Member, Option<Arc<SomaObject>>)],
+    name: &str,
+) -> Option<&'a GroupObject> {
+    opened
         .iter()
-        .filter_map(
-            |m| match open_logged(store, &m.uri, m.object_type)?.as_ref() {
-                SomaObject::Array(array) => Some(Named {
-                    name: m.name.clone(),
-                    array: array.clone(),
-                }),
-                SomaObject::Group(_) => None,
-            },
-        )
+        .find(|(m, _)| m.name == name)
+        .and_then(|(_, object)| as_group(object.as_ref()?))
+}
+
+/// The arrays among a group's members (in member order), opened at once.
+fn member_arrays(store: &dyn Objects, group: &GroupObject) -> Vec<Named> {
+    open_members(store, group)
+        .into_iter()
+        .filter_map(|(m, object)| match object?.as_ref() {
+            SomaObject::Array(array) => Some(Named {
+                name: m.name.clone(),
+                array: array.clone(),
+            }),
+            SomaObject::Group(_) => None,
+        })
         .collect()
 }
 
@@ -137,18 +155,14 @@ fn as_group(object: &SomaObject) -> Option<&GroupObject> {
     }
 }
 
-/// The arrays of a measurement's collection `name` that are two-dimensional ND arrays
-/// (sparse only when `sparse_only`).
+/// The arrays of a measurement's collection that are two-dimensional ND arrays (sparse only
+/// when `sparse_only`).
 fn matrices(
     store: &dyn Objects,
-    measurement: &GroupObject,
-    name: &str,
+    collection: Option<&GroupObject>,
     sparse_only: bool,
 ) -> Vec<Named> {
-    let Some(collection) = member_group(store, measurement, name) else {
-        return Vec::new();
-    };
-    let Some(collection) = as_group(&collection) else {
+    let Some(collection) = collection else {
         return Vec::new();
     };
     member_arrays(store, collection)
@@ -165,19 +179,19 @@ fn matrices(
         .collect()
 }
 
-/// The measurements of an `ms` that have a `var` and an `X`, opened (group opens, shared
-/// with the listings that follow).
-fn measurements<'a>(
-    store: &'a dyn Objects,
-    ms: &'a GroupObject,
-) -> impl Iterator<Item = (String, Arc<SomaObject>)> + 'a {
-    ms.members.iter().filter_map(move |m| {
-        let object = open_logged(store, &m.uri, m.object_type)?;
-        let group = as_group(&object)?;
-        let is_measurement = group.soma_type == SomaType::Measurement;
-        (is_measurement && member(group, "var").is_some() && member(group, "X").is_some())
-            .then(|| (m.name.clone(), object.clone()))
-    })
+/// The measurements of an `ms` that have a `var` and an `X`, opened at once (group opens,
+/// shared with the listings that follow).
+fn measurements(store: &dyn Objects, ms: &GroupObject) -> Vec<(String, Arc<SomaObject>)> {
+    open_members(store, ms)
+        .into_iter()
+        .filter_map(|(m, object)| {
+            let object = object?;
+            let group = as_group(&object)?;
+            let is_measurement = group.soma_type == SomaType::Measurement;
+            (is_measurement && member(group, "var").is_some() && member(group, "X").is_some())
+                .then(|| (m.name.clone(), object.clone()))
+        })
+        .collect()
 }
 
 /// Whether an experiment may have measurements that can be AnnData: it has `obs` and `ms`.
@@ -191,16 +205,24 @@ impl AnnDataExperiment {
     /// Opens obs and every part of each measurement that has a var and an X with a layer;
     /// `None` when there is no obs or no such measurement.
     pub fn open(store: &dyn Objects, experiment: &GroupObject) -> Option<AnnDataExperiment> {
-        let obs = member(experiment, "obs")?;
-        let obs = match open_logged(store, &obs.uri, obs.object_type)?.as_ref() {
+        let (obs, ms) = (member(experiment, "obs")?, member(experiment, "ms")?);
+        let (obs, ms) = at_once(
+            || open_logged(store, &obs.uri, obs.object_type),
+            || open_logged(store, &ms.uri, ms.object_type),
+        );
+        let obs = match obs?.as_ref() {
             SomaObject::Array(array) if array.soma_type.is_dataframe() => array.clone(),
             _ => return None,
         };
-        let ms = member_group(store, experiment, "ms")?;
-        let measurements: Vec<Arc<AnnDataMeasurement>> = measurements(store, as_group(&ms)?)
-            .filter_map(|(name, object)| {
-                AnnDataMeasurement::open(store, name, as_group(&object)?).map(Arc::new)
+        let ms = ms?;
+        let measurements = measurements(store, as_group(&ms)?);
+        let measurements: Vec<Arc<AnnDataMeasurement>> =
+            map_at_once(&measurements, AT_ONCE, |(name, object)| {
+                AnnDataMeasurement::open(store, name.clone(), as_group(object)?)
             })
+            .into_iter()
+            .flatten()
+            .map(Arc::new)
             .collect();
         (!measurements.is_empty()).then_some(AnnDataExperiment { obs, measurements })
     }
@@ -208,12 +230,25 @@ impl AnnDataExperiment {
 
 impl AnnDataMeasurement {
     fn open(store: &dyn Objects, name: String, group: &GroupObject) -> Option<AnnDataMeasurement> {
-        let var = member(group, "var")?;
-        let var = match open_logged(store, &var.uri, var.object_type)?.as_ref() {
+        // var, X, obsm, …, uns at once, then the members of each collection at once.
+        let opened = open_members(store, group);
+        let var = opened.iter().find(|(m, _)| m.name == "var")?.1.clone()?;
+        let var = match var.as_ref() {
             SomaObject::Array(array) if array.soma_type.is_dataframe() => array.clone(),
             _ => return None,
         };
-        let mut layers = matrices(store, group, "X", false);
+        let collection = |name: &str| opened_group(&opened, name);
+        let parts = ["X", "obsm", "varm", "obsp", "varp"];
+        let (mut found, uns) = at_once(
+            || {
+                map_at_once(&parts, parts.len(), |&part| {
+                    matrices(store, collection(part), matches!(part, "obsp" | "varp"))
+                })
+            },
+            || collection("uns").map(|uns| uns_collection(store, uns, &[])),
+        );
+        let [mut layers, obsm, varm, obsp, varp] =
+            std::array::from_fn(|i| std::mem::take(&mut found[i]));
         layers.sort_by(|a, b| a.name.cmp(&b.name));
         if let Some(data) = layers.iter().position(|l| l.name == "data") {
             let data = layers.remove(data);
@@ -222,16 +257,14 @@ impl AnnDataMeasurement {
         if layers.is_empty() {
             return None;
         }
-        let uns = member_group(store, group, "uns")
-            .and_then(|uns| as_group(&uns).map(|uns| uns_collection(store, uns, &[])));
         Some(AnnDataMeasurement {
             name,
             var,
             layers,
-            obsm: matrices(store, group, "obsm", false),
-            varm: matrices(store, group, "varm", false),
-            obsp: matrices(store, group, "obsp", true),
-            varp: matrices(store, group, "varp", true),
+            obsm,
+            varm,
+            obsp,
+            varp,
             uns,
         })
     }
@@ -253,24 +286,24 @@ impl AnnDataMeasurement {
 /// collections it is in is left out (with a warning): it would never end.
 fn uns_collection(store: &dyn Objects, group: &GroupObject, within: &[&str]) -> UnsCollection {
     let within: Vec<&str> = within.iter().copied().chain([group.uri.as_str()]).collect();
-    let members = group
-        .members
-        .iter()
-        .filter_map(|m| {
-            let object = open_logged(store, &m.uri, m.object_type)?;
-            let member = match object.as_ref() {
-                SomaObject::Group(inner) if within.contains(&inner.uri.as_str()) => {
-                    warn!("anndata: {} holds {}, which holds it", group.uri, inner.uri);
-                    return None;
-                }
-                SomaObject::Group(inner) => {
-                    UnsMember::Collection(uns_collection(store, inner, &within))
-                }
-                SomaObject::Array(array) => UnsMember::Array(array.clone()),
-            };
-            Some((m.name.clone(), member))
-        })
-        .collect();
+    // Each level's members at once, and the collections among them at once.
+    let opened = open_members(store, group);
+    let members = map_at_once(&opened, AT_ONCE, |(m, object)| {
+        let member = match object.as_deref()? {
+            SomaObject::Group(inner) if within.contains(&inner.uri.as_str()) => {
+                warn!("anndata: {} holds {}, which holds it", group.uri, inner.uri);
+                return None;
+            }
+            SomaObject::Group(inner) => {
+                UnsMember::Collection(uns_collection(store, inner, &within))
+            }
+            SomaObject::Array(array) => UnsMember::Array(array.clone()),
+        };
+        Some((m.name.clone(), member))
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     UnsCollection {
         metadata: group.metadata.clone(),
         fingerprint: format!("{:?}{:?}", group.metadata, group.members),

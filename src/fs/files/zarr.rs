@@ -41,7 +41,7 @@ use crate::soma::anndata::{
 };
 use crate::soma::tenx::Positions;
 use crate::soma::ArrayObject;
-use crate::sync::Recover;
+use crate::sync::{at_once, map_at_once, Recover};
 
 use super::super::cache::{CacheKey, ContentCache};
 use super::super::data::{generate_whole, open_generated};
@@ -953,8 +953,9 @@ impl Builder<'_> {
 
     /// An uns collection: each member kept, then each metadata value.
     fn uns(&self, path: &str, collection: &UnsCollection) -> io::Result<ZarrNode> {
-        let mut members = Vec::new();
-        for (name, member) in collection.members_kept() {
+        // Each member's arrays are read whole: all at once.
+        let kept: Vec<_> = collection.members_kept().collect();
+        let members = map_at_once(&kept, anndata::AT_ONCE, |(name, member)| {
             let key = file_name(name);
             let at = format!("{path}/{key}");
             let node = match member {
@@ -977,8 +978,9 @@ impl Builder<'_> {
                     }
                 },
             };
-            members.push((key, node));
-        }
+            Ok((key, node))
+        });
+        let mut members = members.into_iter().collect::<io::Result<Vec<_>>>()?;
         for (name, value) in collection.values() {
             let key = file_name(name);
             let (values, scalar) = uns_value(value);
@@ -1009,8 +1011,11 @@ fn build(origin: &Arc<Origin>) -> io::Result<ZarrGroup> {
     let experiment = &origin.experiment;
     let m = &*origin.measurement;
     let b = Builder { origin };
-    let mut obs_rows = anndata::scan_rows(&experiment.obs, &None)?;
-    let mut var_rows = anndata::scan_rows(&m.var, &None)?;
+    let (obs_rows, var_rows) = at_once(
+        || anndata::scan_rows(&experiment.obs, &None),
+        || anndata::scan_rows(&m.var, &None),
+    );
+    let (mut obs_rows, mut var_rows) = (obs_rows?, var_rows?);
     let obs = AxisRows::new(&experiment.obs, &mut obs_rows);
     let var = AxisRows::new(&m.var, &mut var_rows);
     let lazy_frame = |frame: &Arc<ArrayObject>, rows: &Arc<AxisRows>| {
