@@ -11,7 +11,9 @@ use clap::Parser;
 use fuser::{MountOption, SessionACL};
 use log::{error, info, warn};
 
-use soma_mount::fs::{activity, ContentCache, DataOptions, SomaFs, Tree, STATUS_NAME};
+use soma_mount::fs::{
+    activity, describe_status, ContentCache, DataOptions, SomaFs, Tree, STATUS_NAME,
+};
 use soma_mount::soma::Store;
 
 /// How often the log (`-v`) shows the generations that have run longer than
@@ -640,68 +642,6 @@ fn status(cli: StatusCli) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The status file's JSON, for people.
-fn describe_status(status: &serde_json::Value) -> String {
-    use activity::human_bytes;
-    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
-    let mut text = format!(
-        "{} (daemon {}, up {:.0} s)\n",
-        status["uri"].as_str().unwrap_or("?"),
-        n(&status["pid"]),
-        status["uptime_seconds"].as_f64().unwrap_or(0.0)
-    );
-    let generations = &status["generations"];
-    let running = generations["running"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    text += &format!(
-        "generating {} file(s) (at most {} at once), {} waiting for a turn\n",
-        running.len(),
-        n(&generations["limit"]),
-        n(&generations["waiting"])
-    );
-    for file in &running {
-        let mut line = format!(
-            "  {}: {} in {:.1} s ({}/s), {} rows",
-            file["path"].as_str().unwrap_or("?"),
-            human_bytes(n(&file["bytes"])),
-            file["seconds"].as_f64().unwrap_or(0.0),
-            human_bytes(file["bytes_per_second"].as_f64().unwrap_or(0.0) as u64),
-            n(&file["rows"])
-        );
-        if let Some(estimate) = file["estimated_bytes"].as_u64() {
-            line += &format!(", about {} in all", human_bytes(estimate));
-        }
-        if n(&file["readers"]) > 0 {
-            line += &format!(", {} reads waiting", n(&file["readers"]));
-        }
-        text += &line;
-        text += "\n";
-    }
-    let memory = &status["memory"];
-    text += &format!(
-        "memory: {} of {} in use (peak {}), {} reader(s) waiting for memory\n",
-        human_bytes(n(&memory["in_use_bytes"])),
-        human_bytes(n(&memory["budget_bytes"])),
-        human_bytes(n(&memory["peak_bytes"])),
-        n(&memory["waiting"])
-    );
-    text += &format!(
-        "inodes held: {}, open files: {}\n",
-        n(&status["inodes"]),
-        n(&status["open_handles"])
-    );
-    let cache = &status["cache"];
-    text += &format!(
-        "cache: {} of {} in {} file(s)\n",
-        human_bytes(n(&cache["bytes"])),
-        human_bytes(n(&cache["limit_bytes"])),
-        n(&cache["entries"])
-    );
-    text
 }
 
 fn main() -> ExitCode {

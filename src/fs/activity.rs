@@ -156,6 +156,32 @@ pub fn running() -> Vec<Running> {
 }
 
 impl Running {
+    /// As the status file shows it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "path": self.path,
+            "bytes": self.bytes,
+            "rows": self.rows,
+            "estimated_bytes": self.estimated_bytes,
+            "seconds": self.seconds,
+            "bytes_per_second": self.bytes_per_second(),
+            "readers": self.readers,
+        })
+    }
+
+    /// Read back from the status file (what is missing reads as none).
+    pub fn from_json(json: &serde_json::Value) -> Running {
+        let count = |key: &str| json[key].as_u64().unwrap_or(0);
+        Running {
+            path: json["path"].as_str().unwrap_or("?").to_owned(),
+            seconds: json["seconds"].as_f64().unwrap_or(0.0),
+            bytes: count("bytes"),
+            rows: count("rows"),
+            estimated_bytes: json["estimated_bytes"].as_u64(),
+            readers: count("readers") as usize,
+        }
+    }
+
     pub fn bytes_per_second(&self) -> f64 {
         if self.seconds > 0.0 {
             self.bytes as f64 / self.seconds
@@ -184,13 +210,14 @@ impl Running {
     }
 }
 
-/// Bytes as people read them: 12.3 MB.
+/// Bytes as people read them, in the powers of 1024 that `--max-memory 512M` and
+/// `--cache-size` mean: 12.3 MiB.
 pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
-    while value >= 1000.0 && unit + 1 < UNITS.len() {
-        value /= 1000.0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
         unit += 1;
     }
     if unit == 0 {
@@ -230,6 +257,26 @@ mod tests {
         assert_eq!(shown.estimated_bytes, Some(1000));
         drop(progress);
         assert!(running().iter().all(|r| r.path != "obs/data.csv"));
-        assert_eq!(human_bytes(12_345_678), "12.3 MB");
+        assert_eq!(human_bytes(12_345_678), "11.8 MiB");
+        assert_eq!(human_bytes(512 << 20), "512.0 MiB");
+        assert_eq!(human_bytes(1023), "1023 B");
+    }
+
+    #[test]
+    fn a_generation_reads_back_from_the_status_file_as_it_was() {
+        let running = Running {
+            path: "X/data.csv".to_owned(),
+            seconds: 2.0,
+            bytes: 4 << 20,
+            rows: 1000,
+            estimated_bytes: Some(8 << 20),
+            readers: 1,
+        };
+        let again = Running::from_json(&running.to_json());
+        assert_eq!(again.describe(), running.describe());
+        assert_eq!(
+            running.describe(),
+            "X/data.csv: 4.0 MiB in 2.0 s (2.0 MiB/s), 1000 rows, about 8.0 MiB in all, 1 reads waiting"
+        );
     }
 }

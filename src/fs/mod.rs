@@ -20,6 +20,6 @@ mod tests;
 
 pub use cache::ContentCache;
 pub use data::DataOptions;
-pub use files::STATUS_NAME;
+pub use files::{describe_status, STATUS_NAME};
 pub use fuse::SomaFs;
 pub use tree::Tree;

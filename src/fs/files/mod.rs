@@ -26,7 +26,7 @@ pub use document::{Document, SpatialDoc};
 pub use h5ad::H5adFile;
 pub use npy::NpyFile;
 pub use png::PngFile;
-pub use status::{StatusFile, TreeCounts, STATUS_NAME};
+pub use status::{describe_status, StatusFile, TreeCounts, STATUS_NAME};
 pub use table::{Table, TableFile};
 pub use tenx::{TenxFile, TenxPart};
 pub use zarr::{ZarrArray, ZarrChunk, ZarrDocument, ZarrGroup, ZarrNode, ZarrStore};

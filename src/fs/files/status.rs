@@ -55,17 +55,7 @@ impl StatusFile {
         let generations = budget::generations().usage();
         let running: Vec<_> = activity::running()
             .into_iter()
-            .map(|r| {
-                json!({
-                    "path": r.path,
-                    "bytes": r.bytes,
-                    "rows": r.rows,
-                    "estimated_bytes": r.estimated_bytes,
-                    "seconds": r.seconds,
-                    "bytes_per_second": r.bytes_per_second(),
-                    "readers": r.readers,
-                })
-            })
+            .map(|r| r.to_json())
             .collect();
         let (cache_bytes, cache_limit, cache_entries) = cx.options.cache.usage();
         let count = |c: &AtomicUsize| c.load(Ordering::Relaxed);
@@ -95,6 +85,53 @@ impl StatusFile {
             },
         })
     }
+}
+
+/// The status file's JSON, for people.
+pub fn describe_status(status: &serde_json::Value) -> String {
+    use activity::human_bytes;
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let mut text = format!(
+        "{} (daemon {}, up {:.0} s)\n",
+        status["uri"].as_str().unwrap_or("?"),
+        n(&status["pid"]),
+        status["uptime_seconds"].as_f64().unwrap_or(0.0)
+    );
+    let generations = &status["generations"];
+    let running = generations["running"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    text += &format!(
+        "generating {} file(s) (at most {} at once), {} waiting for a turn\n",
+        running.len(),
+        n(&generations["limit"]),
+        n(&generations["waiting"])
+    );
+    for file in &running {
+        text += &format!("  {}\n", activity::Running::from_json(file).describe());
+    }
+    let memory = &status["memory"];
+    text += &format!(
+        "memory: {} of {} in use (peak {}), {} reader(s) waiting for memory\n",
+        human_bytes(n(&memory["in_use_bytes"])),
+        human_bytes(n(&memory["budget_bytes"])),
+        human_bytes(n(&memory["peak_bytes"])),
+        n(&memory["waiting"])
+    );
+    text += &format!(
+        "inodes held: {}, open files: {}\n",
+        n(&status["inodes"]),
+        n(&status["open_handles"])
+    );
+    let cache = &status["cache"];
+    text += &format!(
+        "cache: {} of {} in {} file(s)\n",
+        human_bytes(n(&cache["bytes"])),
+        human_bytes(n(&cache["limit_bytes"])),
+        n(&cache["entries"])
+    );
+    text
 }
 
 impl FileKind for StatusFile {
