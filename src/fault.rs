@@ -87,6 +87,7 @@ fn configured_pause() -> Option<&'static (Point, Duration)> {
 /// this is the pass it asked to fail.
 pub fn pass(point: Point) {
     if let Some((_, pause)) = configured_pause().filter(|(p, _)| *p == point) {
+        log::info!("fault injection: pausing {pause:?} at {}", point.name());
         std::thread::sleep(*pause);
     }
     let Some(fault) = configured().filter(|f| f.point == point) else {

@@ -886,14 +886,15 @@ def test_a_fragment_committed_during_an_open_is_in_its_snapshot(tmp_path, mount,
         schema_path = Path(mp) / "X" / "schema.json"
         got: dict = {}
         reader = threading.Thread(target=lambda: got.update(schema=schema_path.read_bytes()), daemon=True)
-        started = time.monotonic()
         reader.start()
-        # The open of X starts when the lookup reaches it, at once: append well inside the
-        # pause, then see that the append's write was done before the pause ended.
-        time.sleep(OPEN_PAUSE_MS / 1000 / 4)
+        # Append once the daemon says it holds the open of X (its fragment list loaded), and
+        # see that the append's writes were done before the pause ended.
+        held = wait_until(lambda: "pausing" in Path(mp.log).read_text(errors="replace"), 30)
+        assert held, "the daemon never paused in an open"
+        paused = time.monotonic()
         snap = store.append()
-        assert snap.written_at - started < OPEN_PAUSE_MS / 1000 * 0.9, (
-            f"the append took {snap.written_at - started:.1f}s: it did not land inside the held open"
+        assert snap.written_at - paused < OPEN_PAUSE_MS / 1000 * 0.9, (
+            f"the append took {snap.written_at - paused:.1f}s: it did not land inside the held open"
         )
         reader.join(60)
         assert "schema" in got, "reading X/schema.json failed or hung"
