@@ -239,7 +239,7 @@ impl AnnDataMeasurement {
         };
         let collection = |name: &str| opened_group(&opened, name);
         let parts = ["X", "obsm", "varm", "obsp", "varp"];
-        let (mut found, uns) = at_once(
+        let (found, uns) = at_once(
             || {
                 map_at_once(&parts, parts.len(), |&part| {
                     matrices(store, collection(part), matches!(part, "obsp" | "varp"))
@@ -247,8 +247,8 @@ impl AnnDataMeasurement {
             },
             || collection("uns").map(|uns| uns_collection(store, uns, &[])),
         );
-        let [mut layers, obsm, varm, obsp, varp] =
-            std::array::from_fn(|i| std::mem::take(&mut found[i]));
+        let [mut layers, obsm, varm, obsp, varp]: [Vec<Named>; 5] =
+            found.try_into().expect("one list of matrices per part");
         layers.sort_by(|a, b| a.name.cmp(&b.name));
         if let Some(data) = layers.iter().position(|l| l.name == "data") {
             let data = layers.remove(data);
