@@ -20,7 +20,7 @@ pub enum Point {
     Encode,
     /// A generator thread streaming a file, before it commits the file to the cache.
     Commit,
-    /// Opening an array, between loading its fragment list and opening it.
+    /// Opening an array, between opening it and loading its fragment list.
     Open,
 }
 

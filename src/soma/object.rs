@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::sync::{at_once, Recover, SingleFlight};
 use crate::tiledb::{
-    self, Array, Config, Context, Fragment, FragmentInfo, Group, Member, Metadata, ObjectType, Vfs,
+    self, Array, Config, Context, Fragment, FragmentInfo, Group, Member, Metadata, ObjectType,
 };
 
 use super::schema::SomaSchema;
@@ -244,8 +244,6 @@ impl Objects for Store {
 /// objects opened lately.
 pub struct Store {
     ctx: Context,
-    /// Lists an array's commits after its open (see [`Store::lists_every_fragment`]).
-    vfs: Vfs,
     timestamp_ms: Option<u64>,
     /// Objects opened less than `reuse_for` ago, by URI: opening one again meanwhile gives
     /// the same snapshot without a round of requests (`10x/` opens obs, var and X, which the
@@ -257,8 +255,9 @@ pub struct Store {
     opening: SingleFlight<String, tiledb::Result<Arc<SomaObject>>>,
 }
 
-/// How many times an array is opened while fragments keep being committed during its open
-/// (each try takes a few round trips; a store written that often is rare).
+/// How many times an array is opened while fragments it reads keep being removed before its
+/// fragment list is loaded (each try takes a few round trips; a store vacuumed that often is
+/// rare).
 const OPEN_ATTEMPTS: usize = 8;
 
 /// The libtiledb settings soma-mount always uses: var-sized buffers come out as Arrow large
@@ -304,7 +303,6 @@ impl Store {
         }
         let ctx = Context::new(&config)?;
         Ok(Store {
-            vfs: Vfs::new(&ctx)?,
             ctx,
             timestamp_ms,
             recent: Mutex::default(),
@@ -386,40 +384,26 @@ impl Store {
             if let Some(array) = self.open_array_once(uri)? {
                 return Ok(array);
             }
-            log::info!("{uri}: a fragment was committed while it was opened: opening it again");
+            log::info!("{uri}: a fragment the open read was removed meanwhile: opening it again");
         }
         Err(tiledb::Error::new(format!(
-            "{uri}: fragments were committed during each of {OPEN_ATTEMPTS} opens"
+            "{uri}: fragments were removed during each of {OPEN_ATTEMPTS} opens"
         )))
     }
 
-    /// One try of [`Self::open_array`]: `None` when a fragment was committed during it, so
-    /// that the fragment list may not be the open's.
+    /// One try of [`Self::open_array`]: `None` when a fragment the open reads was gone from
+    /// the fragment list loaded after it (vacuumed meanwhile).
     fn open_array_once(&self, uri: &str) -> tiledb::Result<Option<ArrayObject>> {
-        // The fragment list is loaded before the array is opened, so that it holds no
-        // fragment the open does not: libtiledb 2.30 gives no way to the fragments an open
-        // array holds. A fragment committed between the two would be read but not listed
-        // (not counted in `cell_count`, not in the cache key), so the commits are looked at
-        // again once the array is open, one listing, and the open is tried again if any.
-        //
-        // One after the other, the open finds the schemas and fragment footers the list
-        // fetched in libtiledb's read-ahead cache; loaded at once (in a store as of a past
-        // time, which cannot change), both fetched them, 11 requests more on pbmc's obs for
-        // one round trip less. See docs/PERFORMANCE.md.
-        let fragment_info = FragmentInfo::load(&self.ctx, uri)?;
-        crate::fault::pass(crate::fault::Point::Open);
         let array = Array::open(&self.ctx, uri, self.timestamp_ms)?;
         let info = array.schema()?.info()?;
-        // Reads go through this open (schema evolutions and fragments alike): fragments
-        // written since it are not part of the snapshot.
-        let opened_at_ms = array.open_timestamp_end()?;
-        let fragments: Vec<Fragment> = fragment_info
-            .fragments(info.dimensions.first())?
-            .into_iter()
-            .filter(|f| f.timestamp_range.1 <= opened_at_ms)
-            .collect();
-        // Each is fetched on first use: at once, one round trip for all three.
-        let ((metadata, enumerations), listed_all) = at_once(
+        // The open names the fragments it reads; their cell counts and ranges are in the
+        // fragment list, loaded after the open (it then finds the fragments' footers in
+        // libtiledb's cache) and at the same time as the metadata and enumerations, each
+        // fetched on first use: one round trip for the three. The list may hold fragments
+        // committed since the open, which are not part of the snapshot.
+        let read = array.fragment_names()?;
+        crate::fault::pass(crate::fault::Point::Open);
+        let ((metadata, enumerations), loaded) = at_once(
             || {
                 at_once(
                     || array.metadata(),
@@ -432,9 +416,13 @@ impl Store {
                     },
                 )
             },
-            || self.lists_every_fragment(uri, &fragments, opened_at_ms),
+            || FragmentInfo::load(&self.ctx, uri)?.fragments(info.dimensions.first()),
         );
-        if !listed_all? {
+        let fragments: Vec<Fragment> = loaded?
+            .into_iter()
+            .filter(|f| read.contains(f.name()))
+            .collect();
+        if fragments.len() != read.len() {
             return Ok(None);
         }
         let (metadata, enumerations) = (metadata?, enumerations?);
@@ -458,29 +446,6 @@ impl Store {
         };
         array.content_id = array.content_digest();
         Ok(Some(array))
-    }
-
-    /// Whether `listed`, loaded before an open at `opened_at_ms`, holds every fragment that
-    /// open reads: it holds none the open does not, so only a fragment committed since it
-    /// was loaded, stamped no later than the open, can be missing. A store as of a past time
-    /// cannot change; otherwise one listing of the commits tells, or where it cannot (see
-    /// [`tiledb::commits_beyond`]) the fragment list loaded again, which holds all the open
-    /// reads and more only if something was committed meanwhile.
-    fn lists_every_fragment(
-        &self,
-        uri: &str,
-        listed: &[Fragment],
-        opened_at_ms: u64,
-    ) -> tiledb::Result<bool> {
-        if shows_the_past(self.timestamp_ms) {
-            return Ok(true);
-        }
-        if let Some(beyond) = tiledb::commits_beyond(&self.vfs, uri, listed, opened_at_ms) {
-            return Ok(!beyond);
-        }
-        let now = FragmentInfo::load(&self.ctx, uri)?.fragments(None)?;
-        let now = now.iter().filter(|f| f.timestamp_range.1 <= opened_at_ms);
-        Ok(now.map(|f| &f.uri).eq(listed.iter().map(|f| &f.uri)))
     }
 }
 

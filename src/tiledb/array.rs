@@ -9,7 +9,6 @@ use super::context::{c_string, tiledb_call};
 use super::datatype::{Datatype, Value};
 use super::handle::{copy_c_str, handle, take_string};
 use super::metadata::{self, Metadata};
-use super::vfs::Vfs;
 use super::{ffi, Context, Error, Result};
 
 /// `TILEDB_VAR_NUM`: the cell value count of var-sized dimensions and attributes.
@@ -21,6 +20,13 @@ handle!(
     tiledb_array_t,
     tiledb_array_free,
     close = tiledb_array_close
+);
+handle!(
+    /// A plan of which fragments of an open array to consolidate together
+    /// (`tiledb_consolidation_plan_t`): here, only a way to the fragments the open reads.
+    ConsolidationPlan,
+    tiledb_consolidation_plan_t,
+    tiledb_consolidation_plan_free
 );
 handle!(
     /// An array's schema (`tiledb_array_schema_t`).
@@ -122,38 +128,12 @@ pub struct Fragment {
     pub first_dimension: Option<Bounds>,
 }
 
-/// Whether a fragment not in `known` is committed to the array at `uri` with a timestamp at
-/// or before `until_ms`, from one listing of its commit directory (format 12 and later:
-/// `__commits/<fragment>.wrt` for each fragment in `__fragments/`). `None` when a listing
-/// cannot tell: fragments in the layout before format 12 (beside the schema), consolidated
-/// commits (`.con`, `.ign`, `.vac`, which name fragments only inside), or a failed listing.
-pub fn commits_beyond(vfs: &Vfs, uri: &str, known: &[Fragment], until_ms: u64) -> Option<bool> {
-    let fragment_name = |fragment_uri: &str| -> Option<String> {
-        let (dir, name) = fragment_uri.trim_end_matches('/').rsplit_once('/')?;
-        dir.ends_with("/__fragments").then(|| name.to_owned())
-    };
-    let known: BTreeSet<String> = known
-        .iter()
-        .map(|f| fragment_name(&f.uri))
-        .collect::<Option<_>>()?;
-    let entries = vfs
-        .ls(&format!("{}/__commits", uri.trim_end_matches('/')))
-        .ok()?;
-    for entry in entries {
-        let name = entry.rsplit('/').next().unwrap_or_default();
-        let fragment = name.strip_suffix(".wrt")?;
-        // `__<first ms>_<last ms>_<uuid>_<format version>`.
-        let last_ms: u64 = fragment
-            .strip_prefix("__")?
-            .split('_')
-            .nth(1)?
-            .parse()
-            .ok()?;
-        if last_ms <= until_ms && !known.contains(fragment) {
-            return Some(true);
-        }
+impl Fragment {
+    /// The fragment's name: its directory's, the last part of its URI.
+    pub fn name(&self) -> &str {
+        let uri = self.uri.trim_end_matches('/');
+        uri.rsplit_once('/').map_or(uri, |(_, name)| name)
     }
-    Some(false)
 }
 
 /// The order of tiles, or of cells within a tile.
@@ -240,6 +220,62 @@ impl Array {
             )
         }?;
         Ok(ts)
+    }
+
+    /// The names of the fragments this open reads (their directories under `__fragments/`,
+    /// or beside the schema in the layout before format 12), without a request: the
+    /// fragments libtiledb loaded when it opened the array.
+    ///
+    /// libtiledb 2.30 shows them only through a consolidation plan. A plan for fragments of
+    /// a desired size of 0 holds every fragment the open loaded: fragments that overlap are
+    /// planned together, and every other one is planned alone, since none is smaller than
+    /// half of 0 bytes to be merged nor smaller than 1.5 times 0 bytes to be left out
+    /// (`ConsolidationPlan::generate`).
+    pub fn fragment_names(&self) -> Result<BTreeSet<String>> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: `self.raw` is the open array `self` owns; the plan stored in the local
+        // `raw` is taken over by the wrapper.
+        let plan = unsafe {
+            tiledb_call!(
+                &self.ctx,
+                tiledb_consolidation_plan_create_with_mbr(self.raw, 0, &mut raw)
+            )?;
+            ConsolidationPlan::from_raw(&self.ctx, raw)?
+        };
+        let mut names = BTreeSet::new();
+        let mut nodes = 0u64;
+        // SAFETY: `plan.raw` is the live plan owned by `plan`; `nodes` is a local.
+        unsafe {
+            tiledb_call!(
+                &self.ctx,
+                tiledb_consolidation_plan_get_num_nodes(plan.raw, &mut nodes)
+            )
+        }?;
+        for node in 0..nodes {
+            let mut fragments = 0u64;
+            // SAFETY: as above; `node` is below the plan's node count.
+            unsafe {
+                tiledb_call!(
+                    &self.ctx,
+                    tiledb_consolidation_plan_get_num_fragments(plan.raw, node, &mut fragments)
+                )
+            }?;
+            for fragment in 0..fragments {
+                let mut name = ptr::null();
+                // SAFETY: as above, with `fragment` below the node's fragment count; the
+                // name is a NUL-terminated string owned by the plan, copied before it drops.
+                unsafe {
+                    tiledb_call!(
+                        &self.ctx,
+                        tiledb_consolidation_plan_get_fragment_uri(
+                            plan.raw, node, fragment, &mut name
+                        )
+                    )?;
+                    names.insert(copy_c_str(name));
+                }
+            }
+        }
+        Ok(names)
     }
 
     pub fn schema(&self) -> Result<ArraySchema> {
@@ -769,60 +805,5 @@ impl FragmentInfo {
                 })
             })
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tiledb::Config;
-
-    /// An array directory holding `__commits` entries only: what `commits_beyond` lists.
-    fn array_with_commits(test: &str, commits: &[&str]) -> (std::path::PathBuf, Vfs) {
-        let dir = std::env::temp_dir().join(format!("soma-mount-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("__commits")).unwrap();
-        for name in commits {
-            std::fs::write(dir.join("__commits").join(name), b"").unwrap();
-        }
-        let ctx = Context::new(&Config::new().unwrap()).unwrap();
-        (dir, Vfs::new(&ctx).unwrap())
-    }
-
-    fn fragment(dir: &std::path::Path, name: &str) -> Fragment {
-        Fragment {
-            uri: format!("file://{}/__fragments/{name}", dir.display()),
-            cell_num: 1,
-            timestamp_range: (0, 0),
-            first_dimension: None,
-        }
-    }
-
-    const A: &str = "__100_100_0123456789abcdef0123456789abcdef_22";
-    const B: &str = "__200_200_fedcba9876543210fedcba9876543210_22";
-
-    #[test]
-    fn a_listing_of_the_commits_finds_a_fragment_not_known() {
-        let (dir, vfs) = array_with_commits("new", &[&format!("{A}.wrt"), &format!("{B}.wrt")]);
-        let uri = format!("file://{}", dir.display());
-        let both = [fragment(&dir, A), fragment(&dir, B)];
-        assert_eq!(commits_beyond(&vfs, &uri, &both, 300), Some(false));
-        assert_eq!(commits_beyond(&vfs, &uri, &both[..1], 300), Some(true));
-        // Stamped after the open: not read by it.
-        assert_eq!(commits_beyond(&vfs, &uri, &both[..1], 150), Some(false));
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[test]
-    fn consolidated_commits_and_the_old_layout_cannot_be_told_by_a_listing() {
-        let (dir, vfs) = array_with_commits("con", &[&format!("{A}.wrt"), &format!("{B}.con")]);
-        let uri = format!("file://{}", dir.display());
-        assert_eq!(commits_beyond(&vfs, &uri, &[fragment(&dir, A)], 300), None);
-        let old_layout = Fragment {
-            uri: format!("file://{}/{A}", dir.display()),
-            ..fragment(&dir, A)
-        };
-        assert_eq!(commits_beyond(&vfs, &uri, &[old_layout], 300), None);
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -81,7 +81,7 @@ opaque!(
     tiledb_query_t,
     tiledb_subarray_t,
     tiledb_query_condition_t,
-    tiledb_vfs_t,
+    tiledb_consolidation_plan_t,
 );
 
 /// One dimension's range in an ND rectangle (`ndrectangle_api_external_experimental.h`).
@@ -487,23 +487,6 @@ extern "C" {
 }
 
 extern "C" {
-    // vfs_api_external.h
-    pub fn tiledb_vfs_alloc(
-        ctx: *mut tiledb_ctx_t,
-        config: *mut tiledb_config_t,
-        vfs: *mut *mut tiledb_vfs_t,
-    ) -> capi_return_t;
-    pub fn tiledb_vfs_free(vfs: *mut *mut tiledb_vfs_t);
-    pub fn tiledb_vfs_ls(
-        ctx: *mut tiledb_ctx_t,
-        vfs: *mut tiledb_vfs_t,
-        path: *const c_char,
-        callback: Option<unsafe extern "C" fn(*const c_char, *mut c_void) -> i32>,
-        data: *mut c_void,
-    ) -> capi_return_t;
-}
-
-extern "C" {
     // query_api_external.h (tiledb/sm/c_api/tiledb.h in 2.30)
     pub fn tiledb_query_alloc(
         ctx: *mut tiledb_ctx_t,
@@ -606,5 +589,33 @@ extern "C" {
         ctx: *mut tiledb_ctx_t,
         cond: *const tiledb_query_condition_t,
         use_enumeration: c_int,
+    ) -> capi_return_t;
+    // consolidation plan (tiledb/sm/c_api/tiledb_experimental.h)
+    pub fn tiledb_consolidation_plan_create_with_mbr(
+        ctx: *mut tiledb_ctx_t,
+        array: *mut tiledb_array_t,
+        fragment_size: u64,
+        consolidation_plan: *mut *mut tiledb_consolidation_plan_t,
+    ) -> capi_return_t;
+    pub fn tiledb_consolidation_plan_free(
+        consolidation_plan: *mut *mut tiledb_consolidation_plan_t,
+    );
+    pub fn tiledb_consolidation_plan_get_num_nodes(
+        ctx: *mut tiledb_ctx_t,
+        consolidation_plan: *mut tiledb_consolidation_plan_t,
+        num_nodes: *mut u64,
+    ) -> capi_return_t;
+    pub fn tiledb_consolidation_plan_get_num_fragments(
+        ctx: *mut tiledb_ctx_t,
+        consolidation_plan: *mut tiledb_consolidation_plan_t,
+        node_index: u64,
+        num_fragments: *mut u64,
+    ) -> capi_return_t;
+    pub fn tiledb_consolidation_plan_get_fragment_uri(
+        ctx: *mut tiledb_ctx_t,
+        consolidation_plan: *mut tiledb_consolidation_plan_t,
+        node_index: u64,
+        fragment_index: u64,
+        uri: *mut *const c_char,
     ) -> capi_return_t;
 }

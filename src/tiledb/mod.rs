@@ -1,6 +1,6 @@
 //! The safe Rust wrapper over libtiledb's C API, read side.
 //!
-//! One type per C handle (`Context`, `Config`, `Group`, `Array`, `ArraySchema`, `Vfs`, …), each freed
+//! One type per C handle (`Context`, `Config`, `Group`, `Array`, `ArraySchema`, …), each freed
 //! in `Drop` and holding the context that made it. Every call's return code is checked and
 //! turned into one [`Error`] carrying libtiledb's own message. Nothing above this module
 //! touches a raw pointer: callers get plain Rust values (`SchemaInfo`, `Metadata`, `Member`).
@@ -21,11 +21,10 @@ mod group;
 mod handle;
 mod metadata;
 mod query;
-mod vfs;
 
 pub use array::{
-    commits_beyond, Array, ArrayType, AttributeInfo, Bounds, DimensionInfo, EnumerationInfo,
-    Fragment, FragmentInfo, Order, SchemaInfo, VAR_NUM,
+    Array, ArrayType, AttributeInfo, Bounds, DimensionInfo, EnumerationInfo, Fragment,
+    FragmentInfo, Order, SchemaInfo, VAR_NUM,
 };
 pub use context::{Config, Context};
 pub use datatype::{Datatype, TimeUnit, Value};
@@ -35,7 +34,6 @@ pub use metadata::{Metadata, MetadataValue};
 pub use query::{
     Batch, BatchSizing, ColumnData, ColumnSpec, Layout, QueryCondition, ReadQuery, TileUnit,
 };
-pub use vfs::Vfs;
 
 mod error;
 

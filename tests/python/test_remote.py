@@ -896,6 +896,71 @@ def test_cell_count_after_an_overwrite(spec, T, tt_store, mount):
     )
 
 
+CONSOLIDATED_ROWS = 100  # per fragment; three fragments per array
+
+
+def consolidation_steps(uri: str):
+    """A collection of a data frame and a sparse matrix, each written in three fragments,
+    then consolidated step by step; yields after each step its name."""
+    import tiledb
+
+    schema = pa.schema([("soma_joinid", pa.int64()), ("value", pa.float64())])
+    n = CONSOLIDATED_ROWS
+    with tiledbsoma.Collection.create(uri) as coll:
+        coll.add_new_dataframe("df", schema=schema, index_column_names=["soma_joinid"], domain=[[0, 3 * n - 1]])
+        coll.add_new_sparse_ndarray("X", type=pa.float32(), shape=(3 * n, 20))
+    for k in range(3):
+        rows = np.arange(k * n, (k + 1) * n, dtype=np.int64)
+        with tiledbsoma.open(f"{uri}/df", "w") as df:
+            df.write(pa.table({"soma_joinid": rows, "value": rows * 0.5}))
+        with tiledbsoma.open(f"{uri}/X", "w") as X:
+            dim0, dim1 = np.repeat(rows, 2), np.tile(np.array([k, 10 + k], dtype=np.int64), n)
+            X.write(pa.table({"soma_dim_0": dim0, "soma_dim_1": dim1, "soma_data": (dim0 + dim1).astype(np.float32)}))
+    yield "three fragments"
+    for mode, step in [
+        ("fragments", "fragments consolidated, the old ones kept"),
+        ("commits", "commits consolidated"),
+        ("fragment_meta", "fragment metadata consolidated"),
+    ]:
+        for name in ("df", "X"):
+            tiledb.consolidate(f"{uri}/{name}", config=tiledb.Config({"sm.consolidation.mode": mode}))
+        yield step
+    for mode in ("fragments", "commits", "fragment_meta"):
+        for name in ("df", "X"):
+            tiledb.vacuum(f"{uri}/{name}", config=tiledb.Config({"sm.vacuum.mode": mode}))
+    yield "vacuumed"
+
+
+@pytest.mark.timeout(300)
+def test_consolidated_arrays_show_what_tiledbsoma_reads(tmp_path, mount):
+    """Arrays whose fragments, commits and fragment metadata are consolidated one step at
+    a time, then vacuumed: on a fresh mount after each step data.csv is what tiledbsoma
+    reads, and schema.json's cell_count the cells of the fragments libtiledb reads, not
+    of those consolidated away and not vacuumed yet (each cell is written once, so that is
+    tiledbsoma's count)."""
+    import pandas as pd
+
+    uri = str(tmp_path / "consolidated")
+    problems = []
+    for step in consolidation_steps(uri):
+        with mount(uri) as mp:
+            for name in ("df", "X"):
+                with tiledbsoma.open(f"{uri}/{name}") as obj:
+                    read = obj.read()
+                    want = (read.concat() if name == "df" else read.tables().concat()).to_pandas()
+                    count = int(obj.count if name == "df" else obj.nnz)
+                index = list(want.columns[:1] if name == "df" else want.columns[:2])
+                got = pd.read_csv(Path(mp) / name / "data.csv")
+                want = want.sort_values(index).reset_index(drop=True)
+                got = got.sort_values(index).reset_index(drop=True)
+                if not (got.shape == want.shape and np.allclose(got.to_numpy(float), want.to_numpy(float))):
+                    problems.append(f"{step}: {name}/data.csv has {len(got)} rows, tiledbsoma reads {len(want)}")
+                cells = read_json_file(Path(mp) / name / "schema.json")["cell_count"]
+                if not cells == count == 3 * CONSOLIDATED_ROWS * (1 if name == "df" else 2):
+                    problems.append(f"{step}: {name}/schema.json cell_count is {cells}; tiledbsoma counts {count}")
+    td.fail_if(problems, "consolidated arrays")
+
+
 def test_timestamp_mounts_sharing_a_cache_dir(tt_store, tmp_path):
     """Data files generated for one --timestamp are never served to a mount at
     another (the cache is shared through --cache-dir)."""
