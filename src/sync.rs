@@ -127,6 +127,15 @@ impl<Key: Eq + Hash, Outcome: Clone> SingleFlight<Key, Outcome> {
     }
 }
 
+impl<Key, Outcome> std::fmt::Debug for SingleFlight<Key, Outcome> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let flights = self.flights.lock().recover().len();
+        f.debug_struct("SingleFlight")
+            .field("flights", &flights)
+            .finish()
+    }
+}
+
 impl<Key, Outcome> Default for SingleFlight<Key, Outcome> {
     fn default() -> Self {
         SingleFlight {

@@ -111,13 +111,19 @@ impl ArrayMeta {
     /// An array of `shape`, cut into chunks by the rule of this module: along the first
     /// dimension only, about [`CHUNK_BYTES`] (or [`TEXT_CHUNK_ITEMS`] strings) each.
     pub fn new(shape: Vec<u64>, dtype: Dtype) -> ArrayMeta {
+        let row_items: u64 = shape.iter().skip(1).product::<u64>().max(1);
+        let rows = match dtype.item_size() {
+            Some(size) => CHUNK_BYTES / (row_items * size),
+            None => TEXT_CHUNK_ITEMS / row_items,
+        };
+        ArrayMeta::with_chunk_rows(shape, dtype, rows)
+    }
+
+    /// An array of `shape` cut along its first dimension only, `rows` a chunk (at least 1,
+    /// at most the array's).
+    pub fn with_chunk_rows(shape: Vec<u64>, dtype: Dtype, rows: u64) -> ArrayMeta {
         let mut chunks = shape.clone();
         if let Some(first) = chunks.first_mut() {
-            let row_items: u64 = shape.iter().skip(1).product::<u64>().max(1);
-            let rows = match dtype.item_size() {
-                Some(size) => CHUNK_BYTES / (row_items * size),
-                None => TEXT_CHUNK_ITEMS / row_items,
-            };
             *first = rows.clamp(1, (*first).max(1));
         }
         // A dimension of length 0 still has chunks of at least 1.

@@ -8,6 +8,7 @@
 //! what they hold does not grow with the array.
 
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -574,33 +575,54 @@ fn holds_stored(axis: Axis, array: &ArrayObject, dim: usize) -> bool {
     }
 }
 
-/// The entries of a sparse matrix on `rows` and `cols`, when its fragments tell them
-/// without a read: every stored cell is on both axes, and no two fragments hold cells of a
-/// row in common, so that none can hold a cell another holds too (which a read would show
-/// once). `None`: count them ([`row_counts`]).
-pub fn entry_count(array: &ArrayObject, (rows, cols): (Axis, Axis)) -> Option<u64> {
+/// The rows of a sparse matrix on `rows` and `cols` in blocks whose entries its fragments
+/// tell without a read: each fragment's range of join ids on the first dimension (inclusive)
+/// and its cells, in row order. They tell when every stored cell is on both axes and no two
+/// fragments hold cells of a row in common, so that none can hold a cell another holds too
+/// (which a read would show once). `None`: count the entries ([`row_counts`]).
+pub fn row_blocks(array: &ArrayObject, (rows, cols): (Axis, Axis)) -> Option<Vec<RowBlock>> {
     if array.schema.dense || !holds_stored(rows, array, 0) || !holds_stored(cols, array, 1) {
         return None;
     }
-    let mut bands = array
+    let joinid = |value: &Value| i64::try_from(value.as_i128()?).ok();
+    let mut blocks = array
         .fragments
         .iter()
-        .map(|f| match &f.first_dimension {
-            Some((lo, hi)) => Some((lo.as_i128()?, hi.as_i128()?)),
-            None => None,
+        .map(|f| {
+            let (lo, hi) = f.first_dimension.as_ref()?;
+            Some(RowBlock {
+                joinids: (joinid(lo)?, joinid(hi)?),
+                entries: f.cell_num,
+            })
         })
-        .collect::<Option<Vec<(i128, i128)>>>()?;
-    bands.sort_unstable();
-    let apart = bands.windows(2).all(|pair| pair[0].1 < pair[1].0);
-    apart.then(|| array.stored_cells())
+        .collect::<Option<Vec<RowBlock>>>()?;
+    blocks.sort_unstable_by_key(|block| block.joinids);
+    let apart = blocks
+        .windows(2)
+        .all(|pair| pair[0].joinids.1 < pair[1].joinids.0);
+    apart.then_some(blocks)
 }
 
-/// Entries per row of a matrix (those whose row and column are on `rows` and `cols`),
-/// counted from the coordinates alone: the first dimension's, and the second's only when
-/// some columns may be off the axis; read in no particular order.
-pub fn row_counts(array: &ArrayObject, (rows, cols): (Axis, Axis)) -> Result<Vec<u64>> {
+/// Rows of a matrix whose entries are known: their join ids (inclusive) and their entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowBlock {
+    pub joinids: (i64, i64),
+    pub entries: u64,
+}
+
+/// Entries per row of a matrix (those whose row and column are on `rows` and `cols`) in the
+/// rows whose join ids are in `joinids` (inclusive; every row when `None`), counted from the
+/// coordinates alone: the first dimension's, and the second's only when some columns may be
+/// off the axis; read in no particular order. One count per place of `places`, the places
+/// on `rows` of the rows counted.
+pub fn row_counts(
+    array: &ArrayObject,
+    (rows, cols): (Axis, Axis),
+    joinids: Option<(i64, i64)>,
+    places: Range<usize>,
+) -> Result<Vec<u64>> {
     let started = std::time::Instant::now();
-    let mut counts = vec![0u64; rows.len()];
+    let mut counts = vec![0u64; places.len()];
     let index: Vec<&str> = array
         .schema
         .index_columns()
@@ -619,25 +641,47 @@ pub fn row_counts(array: &ArrayObject, (rows, cols): (Axis, Axis)) -> Result<Vec
     } else {
         vec![row_dim, col_dim]
     };
-    let mut reader = ReadAhead::start(BatchReader::open_unsorted(array, &only, BATCH_BYTES)?)?;
+    let selection = Selection {
+        ranges: joinids
+            .map(|(lo, hi)| vec![vec![(Value::Int(lo), Value::Int(hi))]])
+            .unwrap_or_default(),
+        ..Selection::default()
+    };
+    let mut count = |row: i64| -> Result<()> {
+        if let Some(place) = rows.at(row) {
+            let counted = place
+                .checked_sub(places.start)
+                .and_then(|i| counts.get_mut(i))
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "{}: row {row} is at place {place}, outside {places:?}",
+                        array.uri
+                    ))
+                })?;
+            *counted += 1;
+        }
+        Ok(())
+    };
+    let reader = BatchReader::open_unsorted(array, &selection, &only, BATCH_BYTES)?;
+    let mut reader = ReadAhead::start(reader)?;
     while let Some(batch) = reader.next_batch()? {
         let row_ids = dimension(array, &batch, 0)?;
         if all_columns {
-            for &r in row_ids {
-                if let Some(r) = rows.at(r) {
-                    counts[r] += 1;
-                }
-            }
+            row_ids.iter().try_for_each(|&r| count(r))?;
         } else {
             for (&r, &c) in row_ids.iter().zip(dimension(array, &batch, 1)?) {
-                if let (Some(r), Some(_)) = (rows.at(r), cols.at(c)) {
-                    counts[r] += 1;
+                if cols.at(c).is_some() {
+                    count(r)?;
                 }
             }
         }
     }
+    let which = match joinids {
+        Some((lo, hi)) => format!("rows {lo}-{hi}"),
+        None => "every row".to_owned(),
+    };
     debug!(
-        "{}: entries per row counted in {:?}",
+        "{}: entries per row counted in {:?} ({which})",
         array.uri,
         started.elapsed()
     );

@@ -283,14 +283,15 @@ impl BatchReader {
     }
 
     /// Starts reading the columns `only` (index columns among them too, and only those) of
-    /// every cell of a sparse array, in no order that means anything (libtiledb's global
-    /// order): for counts, which need no sort and no other column.
+    /// the cells `selection` selects of a sparse array, in no order that means anything
+    /// (libtiledb's global order): for counts, which need no sort and no other column.
     pub fn open_unsorted(
         array: &ArrayObject,
+        selection: &Selection,
         only: &[&str],
         batch_bytes: usize,
     ) -> Result<BatchReader> {
-        BatchReader::open_with(array, &Selection::default(), batch_bytes, Some(only))
+        BatchReader::open_with(array, selection, batch_bytes, Some(only))
     }
 
     fn open_with(

@@ -10,7 +10,8 @@ docs/SEMANTICS.md "AnnData Zarr stores"):
 - `stat` of every chunk of numbers is exact before it is read; text chunks are 0 until read,
   then exact;
 - what a lazy slice costs: the chunk files of X it opens are no more than twice the chunks
-  that hold its rows' entries (counted with an audit hook on `open`);
+  that hold its rows' entries (counted with an audit hook on `open`), and the entries per
+  row it has counted are those of the fragments that hold its indptr chunks' rows;
 - a store that cannot be made lists only error.txt, says why in the log, and the daemon
   keeps serving.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -260,6 +262,32 @@ def test_a_lazy_slice_opens_only_the_chunks_that_hold_its_rows(atlas, soma_mount
         assert len(chunks) < total_chunks
 
 
+def test_a_lazy_slice_counts_only_the_fragments_that_hold_its_rows(atlas, soma_mount_bin):
+    """X is written in fragments that share no row: a lazy slice of 100 rows has the
+    entries per row counted (the daemon's log at -vv names the rows of each count) of
+    exactly the fragments that hold the rows of the indptr chunks it reads, as tiledb's
+    fragment list and the store's .zmetadata tell, not of the whole matrix."""
+    import tiledb
+
+    x_uri = str(atlas / "ms" / "RNA" / "X" / "data")
+    fragments = sorted(tuple(int(v) for v in f.nonempty_domain[0]) for f in tiledb.array_fragments(x_uri))
+    assert len(fragments) >= 3, "the test wants X in several fragments"
+    with mount_guard(atlas, "-vv", label="zarr lazy counts") as mp:
+        store = Path(mp, "anndata", "RNA.zarr")
+        chunk = json.loads((store / ".zmetadata").read_text())["metadata"]["X/indptr/.zarray"]["chunks"][0]
+        lazy = anndata.experimental.read_lazy(store)
+        got = lazy[50_000:50_100].to_memory()
+        log = mp.log.read_text()
+    assert got.n_obs == 100
+    # indptr[50_000:50_101] lies in these chunks; each needs the fragments its rows are in.
+    chunk_rows = [(k * chunk, (k + 1) * chunk - 1) for k in range(50_000 // chunk, 50_100 // chunk + 1)]
+    want = {f for f in fragments if any(f[0] <= hi and lo <= f[1] for lo, hi in chunk_rows)}
+    counted = {(int(lo), int(hi)) for lo, hi in re.findall(r"entries per row counted in .*\(rows (\d+)-(\d+)\)", log)}
+    assert "(every row)" not in log
+    assert counted == want, f"counted rows {sorted(counted)}; the chunks {chunk_rows} need {sorted(want)}"
+    assert len(want) < len(fragments)
+
+
 def test_a_store_that_cannot_be_made_lists_only_its_error(tmp_path, soma_mount_bin):
     """obs indexed by a name first: its rows do not come in soma_joinid order, which the
     matrices are laid out by (as for the h5ad)."""
@@ -285,12 +313,11 @@ def test_entries_per_row_are_counted_once_for_daemons_that_share_a_cache(atlas, 
     for _ in range(2):
         with mount_guard(atlas, "--cache-dir", cache, "-vv", label="zarr counts") as mp:
             store = Path(mp, "anndata", "RNA.zarr")
-            xs.append((store / "X" / "indptr" / "0").read_bytes())
+            xs.append(zarr.open_array(str(store / "X" / "indptr"), mode="r", zarr_format=2)[...])
             counted.append("entries per row counted" in mp.log.read_text())
     assert counted == [True, False]
-    assert xs[0] == xs[1]
-    indptr = np.frombuffer(xs[0], dtype="<i8")[: N_OBS + 1]
-    assert np.array_equal(np.diff(indptr), np.full(N_OBS, PER_CELL))
+    assert np.array_equal(xs[0], xs[1])
+    assert np.array_equal(np.diff(xs[0]), np.full(N_OBS, PER_CELL))
 
 
 def overwritten_store(tmp_path: Path) -> Path:
@@ -330,3 +357,41 @@ def test_a_matrix_whose_fragments_share_rows_is_counted(tmp_path, soma_mount_bin
         assert meta["shape"] == [12]
         got = read_zarr_quietly(path)
     assert_anndata_equal(got, expected, "overwritten zarr")
+
+
+def gapped_store(tmp_path: Path) -> Path:
+    """An experiment of 100 cells whose X fragments hold rows 10-19 (two entries each),
+    40-59 (the even rows only) and 80-89: rows before, between and after them hold no
+    entry, as do the odd rows inside the second."""
+    store = tmp_path / "gapped"
+    obs_schema = pa.schema([("soma_joinid", pa.int64()), ("obs_id", pa.large_string())])
+    var_schema = pa.schema([("soma_joinid", pa.int64()), ("var_id", pa.large_string())])
+    with tiledbsoma.Experiment.create(str(store)) as exp:
+        obs = exp.add_new_dataframe("obs", schema=obs_schema, domain=[(0, 99)])
+        obs.write(pa.table({"soma_joinid": np.arange(100), "obs_id": [f"c{i}" for i in range(100)]}, schema=obs_schema))
+        rna = exp.add_new_collection("ms").add_new_collection("RNA", tiledbsoma.Measurement)
+        var = rna.add_new_dataframe("var", schema=var_schema, domain=[(0, 9)])
+        var.write(pa.table({"soma_joinid": np.arange(10), "var_id": [f"g{j}" for j in range(10)]}, schema=var_schema))
+        rna.add_new_collection("X").add_new_sparse_ndarray("data", type=pa.float32(), shape=(100, 10))
+    x_uri = str(store / "ms" / "RNA" / "X" / "data")
+    for rows in [np.arange(10, 20), np.arange(40, 60, 2), np.arange(80, 90)]:
+        i = np.repeat(rows, 2)
+        j = np.tile(np.array([1, 7]), len(rows)) + (i % 2)
+        with tiledbsoma.open(x_uri, "w") as x:
+            x.write(pa.table({"soma_dim_0": i, "soma_dim_1": j, "soma_data": (10 * i + j + 0.5).astype(np.float32)}))
+    return store
+
+
+def test_rows_between_and_around_fragments_hold_no_entry(tmp_path, soma_mount_bin):
+    """X's fragments leave rows out before, between and after them (and inside one): the
+    store read whole equals to_anndata, and a lazy slice across the gaps equals the same
+    rows of to_anndata."""
+    store = gapped_store(tmp_path)
+    expected = reference(store, "RNA")
+    assert expected.X.nnz == 60
+    with mount_guard(store, label="zarr gapped") as mp:
+        path = Path(mp, "anndata", "RNA.zarr")
+        assert_anndata_equal(read_zarr_quietly(path), expected, "gapped zarr")
+        lazy = anndata.experimental.read_lazy(path)
+        got = lazy[35:85].to_memory()
+    assert_anndata_equal(got, expected[35:85].copy(), "gapped zarr rows 35-84")

@@ -22,6 +22,7 @@
 //! again; a matrix whose fragments cannot tell is counted so when listed. A chunk of
 //! `data` or `indices` then reads only the rows that hold its entries.
 
+use std::collections::VecDeque;
 use std::io;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -41,7 +42,7 @@ use crate::soma::anndata::{
 };
 use crate::soma::tenx::Positions;
 use crate::soma::ArrayObject;
-use crate::sync::{at_once, map_at_once, Recover};
+use crate::sync::{at_once, map_at_once, Recover, SingleFlight};
 
 use super::super::cache::{CacheKey, ContentCache};
 use super::super::data::{generate_whole, open_generated};
@@ -322,22 +323,46 @@ impl MatrixSource {
     }
 }
 
-/// A CSR matrix: its source, how many entries it has, and where each row's start.
+/// A CSR matrix: its source, its rows in blocks of known entries, and its entries read last.
 #[derive(Debug)]
 struct CsrSource {
     matrix: MatrixSource,
-    /// The length of `data` and `indices`.
-    entries: u64,
-    /// Where each row's entries start, and where the last one's end (`indptr`): counted
-    /// when first needed, unless the fragments could not tell `entries`.
-    indptr: Mutex<Option<Arc<[u64]>>>,
+    /// Its rows in blocks, in order.
+    blocks: Vec<EntryBlock>,
     /// Where the entries per row are kept.
     origin: Arc<Origin>,
-    /// The entries read last.
-    last: Mutex<Option<HeldEntries>>,
-    /// Held while reading: one read at a time, so that a reader that waited may find its
-    /// entries read by the one before it.
-    reading: Mutex<()>,
+    /// The entries read last, the latest first ([`HELD_READS`] at most).
+    last: Mutex<VecDeque<Arc<HeldEntries>>>,
+    /// Reads under way, by range: a reader of the same entries (`indices` after `data`)
+    /// waits for the one reading them and takes its read.
+    reading: SingleFlight<Range<u64>, Result<Arc<HeldEntries>, String>>,
+}
+
+/// Rows of a CSR matrix's `indptr` in a chunk (64 KiB): a chunk needs the entries per row
+/// of the blocks its rows fall in counted, so that a slice of a few rows counts those of a
+/// fragment or two rather than of the whole matrix, as chunks of [`zarr::CHUNK_BYTES`]
+/// (131,072 rows) would.
+const INDPTR_CHUNK_ROWS: u64 = 1 << 13;
+
+/// How many reads of entries a CSR matrix keeps: a reader that reads chunks of `data` and
+/// `indices` on several threads asks for a few ranges in turn, each twice.
+const HELD_READS: usize = 4;
+
+/// Rows of a CSR matrix whose entries are known before they are counted one by one (a
+/// fragment's rows, or every row), and where each of them starts, counted when first needed.
+#[derive(Debug)]
+struct EntryBlock {
+    /// Their join ids (inclusive); `None`: every row of the matrix.
+    joinids: Option<(i64, i64)>,
+    /// Their places in the matrix.
+    places: Range<usize>,
+    /// The entries of the blocks before it.
+    before: u64,
+    /// Its entries.
+    entries: u64,
+    /// Where each of its rows' entries start (from `before`), then where the last one's
+    /// end.
+    offsets: Mutex<Option<Arc<[u64]>>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -348,62 +373,169 @@ enum CsrPart {
 }
 
 impl CsrSource {
-    /// `indptr`: counted once, and the count kept in the cache ([`row_counts`]).
-    fn indptr(&self) -> io::Result<Arc<[u64]>> {
-        let mut indptr = self.indptr.lock().recover();
-        if let Some(known) = &*indptr {
-            return Ok(known.clone());
-        }
-        let counted = offsets(row_counts(&self.origin.cache, &self.matrix)?);
-        if counted.last() != Some(&self.entries) {
-            return Err(io::Error::other(format!(
-                "{}: {} entries counted, {} in its fragments",
-                self.matrix.array.uri,
-                counted.last().unwrap_or(&0),
-                self.entries
-            )));
-        }
-        Ok(indptr.insert(counted.into()).clone())
+    /// A CSR matrix of `matrix`: in the blocks of rows its fragments tell the entries of,
+    /// else in one block of every row, counted now.
+    fn new(matrix: MatrixSource, origin: Arc<Origin>) -> io::Result<CsrSource> {
+        let (rows, _) = matrix.axes();
+        let place = |joinid: i64| rows.at(joinid);
+        let told = anndata::row_blocks(&matrix.array, matrix.axes()).and_then(|blocks| {
+            let mut before = 0;
+            blocks
+                .into_iter()
+                .map(|block| {
+                    let (lo, hi) = block.joinids;
+                    let places = place(lo)?..place(hi)? + 1;
+                    let told = EntryBlock {
+                        joinids: Some(block.joinids),
+                        places,
+                        before,
+                        entries: block.entries,
+                        offsets: Mutex::new(None),
+                    };
+                    before += block.entries;
+                    Some(told)
+                })
+                .collect::<Option<Vec<EntryBlock>>>()
+        });
+        let blocks = match told {
+            Some(blocks) => blocks,
+            None => {
+                let mut every_row = EntryBlock {
+                    joinids: None,
+                    places: 0..rows.len(),
+                    before: 0,
+                    entries: 0,
+                    offsets: Mutex::new(None),
+                };
+                let offsets = offsets(0, block_counts(&origin.cache, &matrix, &every_row)?);
+                every_row.entries = offsets.last().copied().unwrap_or(0);
+                every_row.offsets = Mutex::new(Some(offsets.into()));
+                vec![every_row]
+            }
+        };
+        Ok(CsrSource {
+            matrix,
+            blocks,
+            origin,
+            last: Mutex::new(VecDeque::new()),
+            reading: SingleFlight::default(),
+        })
     }
 
-    /// The rows (positions) that hold the entries `entries`.
-    fn rows_of(indptr: &[u64], entries: &Range<u64>) -> Range<usize> {
-        if entries.is_empty() {
-            return 0..0;
+    /// The length of `data` and `indices`.
+    fn entries(&self) -> u64 {
+        self.blocks.last().map_or(0, |b| b.before + b.entries)
+    }
+
+    /// Where each row of block `b` starts, then where its last ends: counted once, and the
+    /// count kept in the cache ([`block_counts`]).
+    fn offsets(&self, b: usize) -> io::Result<Arc<[u64]>> {
+        let block = &self.blocks[b];
+        let mut offsets = block.offsets.lock().recover();
+        if let Some(known) = &*offsets {
+            return Ok(known.clone());
         }
-        let first = indptr.partition_point(|&p| p <= entries.start) - 1;
-        let end = indptr.partition_point(|&p| p < entries.end);
-        first..end
+        let counts = block_counts(&self.origin.cache, &self.matrix, block)?;
+        let counted = self::offsets(block.before, counts);
+        let end = block.before + block.entries;
+        if counted.last() != Some(&end) {
+            return Err(io::Error::other(format!(
+                "{}: {} entries counted in {:?}, {} in its fragments",
+                self.matrix.array.uri,
+                counted.last().unwrap_or(&0) - block.before,
+                block.joinids,
+                block.entries
+            )));
+        }
+        Ok(offsets.insert(counted.into()).clone())
+    }
+
+    /// `indptr` at the places `places` (of the matrix's rows, and the one past the last):
+    /// where the entries of each of those rows start. Counts only the blocks they fall in.
+    fn indptr(&self, places: Range<usize>) -> io::Result<Vec<u64>> {
+        // Blocks are counted on this thread, one after the other: a count is kept in the
+        // cache as a generation nested in this chunk's, which holds its generation slot;
+        // on other threads each would wait for a slot of its own, which the chunks
+        // waiting for them may all hold.
+        let mut indptr = Vec::with_capacity(places.len());
+        let mut held: Option<(usize, Arc<[u64]>)> = None;
+        for place in places {
+            // The first block that ends after the place; rows between blocks hold nothing.
+            let b = self
+                .blocks
+                .partition_point(|block| block.places.end <= place);
+            let Some(block) = self.blocks.get(b) else {
+                indptr.push(self.entries());
+                continue;
+            };
+            if place < block.places.start {
+                indptr.push(block.before);
+                continue;
+            }
+            if held.as_ref().is_none_or(|(at, _)| *at != b) {
+                held = Some((b, self.offsets(b)?));
+            }
+            let (_, offsets) = held.as_ref().expect("just held");
+            indptr.push(offsets[place - block.places.start]);
+        }
+        Ok(indptr)
+    }
+
+    /// The place of the row that holds entry `entry` (below [`Self::entries`]).
+    fn place_of(&self, entry: u64) -> io::Result<usize> {
+        let b = self
+            .blocks
+            .partition_point(|block| block.before + block.entries <= entry);
+        let block = self.blocks.get(b).ok_or_else(|| {
+            io::Error::other(format!("{}: no entry {entry}", self.matrix.array.uri))
+        })?;
+        let offsets = self.offsets(b)?;
+        Ok(block.places.start + offsets.partition_point(|&o| o <= entry) - 1)
     }
 
     /// The values or column positions of the entries `entries`. Both are read at once and
-    /// the last read kept: a reader that wants one wants the other next.
-    fn entries(&self, entries: Range<u64>, part: CsrPart) -> io::Result<ArrayRef> {
-        let held = |last: &Option<HeldEntries>| {
-            last.as_ref()
-                .filter(|held| held.entries == entries)
-                .map(|held| match part {
-                    CsrPart::Data => held.values.clone(),
-                    _ => held.columns.clone(),
-                })
+    /// kept: a reader that wants one wants the other next.
+    fn entries_of(&self, entries: Range<u64>, part: CsrPart) -> io::Result<ArrayRef> {
+        let held = || -> Option<Arc<HeldEntries>> {
+            let last = self.last.lock().recover();
+            last.iter().find(|held| held.entries == entries).cloned()
         };
-        if let Some(found) = held(&self.last.lock().recover()) {
-            return Ok(found);
-        }
-        let _reading = self.reading.lock().recover();
-        if let Some(found) = held(&self.last.lock().recover()) {
-            return Ok(found);
-        }
-        let read = self.read_entries(entries.clone())?;
-        let mut last = self.last.lock().recover();
-        *last = Some(read);
-        Ok(held(&last).expect("just held"))
+        let read = match held() {
+            Some(read) => read,
+            None => self
+                .reading
+                .run(entries.clone(), || {
+                    // A read that ended just before this one's flight began is as good.
+                    if let Some(read) = held() {
+                        return Ok(read);
+                    }
+                    let read = Arc::new(
+                        self.read_entries(entries.clone())
+                            .map_err(|e| e.to_string())?,
+                    );
+                    let mut last = self.last.lock().recover();
+                    last.truncate(HELD_READS - 1);
+                    last.push_front(read.clone());
+                    Ok(read)
+                })
+                .map_err(io::Error::other)?,
+        };
+        Ok(match part {
+            CsrPart::Data => read.values.clone(),
+            _ => read.columns.clone(),
+        })
     }
 
     fn read_entries(&self, entries: Range<u64>) -> io::Result<HeldEntries> {
-        let indptr = self.indptr()?;
-        let rows = Self::rows_of(&indptr, &entries);
-        let mut at = indptr.get(rows.start).copied().unwrap_or(0);
+        let rows = if entries.is_empty() {
+            0..0
+        } else {
+            self.place_of(entries.start)?..self.place_of(entries.end - 1)? + 1
+        };
+        let mut at = match rows.is_empty() {
+            true => entries.start,
+            false => self.indptr(rows.start..rows.start + 1)?[0],
+        };
         let mut pieces: Vec<ArrayRef> = Vec::new();
         let mut columns: Vec<i64> = Vec::new();
         self.matrix.cells(rows, |places, keep, values| {
@@ -441,15 +573,25 @@ impl CsrSource {
     }
 }
 
-/// A matrix's entries per row: from the cache, where they are kept per array snapshot
-/// (and obs's and var's) across daemons that share it; else counted, and kept there.
-fn row_counts(cache: &ContentCache, source: &MatrixSource) -> io::Result<Vec<u64>> {
+/// The entries per row of `block` of a matrix: from the cache, where they are kept per
+/// array snapshot (and obs's and var's) across daemons that share it; else counted, and
+/// kept there.
+fn block_counts(
+    cache: &ContentCache,
+    source: &MatrixSource,
+    block: &EntryBlock,
+) -> io::Result<Vec<u64>> {
     let axes_id = source.axes_id();
+    let which = match block.joinids {
+        Some((lo, hi)) => format!("rows {lo}-{hi}"),
+        None => "every row".to_owned(),
+    };
     let key = CacheKey::of(|digest| {
         digest
             .text("entries per row")
             .text(&source.array.content_id)
-            .text(&axes_id);
+            .text(&axes_id)
+            .text(&which);
     });
     if let Some((file, size)) = cache.open_entry(&key) {
         let mut bytes = Vec::with_capacity(size as usize);
@@ -458,13 +600,17 @@ fn row_counts(cache: &ContentCache, source: &MatrixSource) -> io::Result<Vec<u64
             .chunks_exact(8)
             .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
             .collect();
-        if counts.len() == source.axes().0.len() {
+        if counts.len() == block.places.len() {
             return Ok(counts);
         }
     }
-    let (rows, cols) = source.axes();
-    let counts = anndata::row_counts(&source.array, (rows, cols))?;
-    let what = format!("{}: entries per row", source.array.uri);
+    let counts = anndata::row_counts(
+        &source.array,
+        source.axes(),
+        block.joinids,
+        block.places.clone(),
+    )?;
+    let what = format!("{}: entries per row of {which}", source.array.uri);
     let kept = generate_whole(cache, &key, &what, |out| {
         counts
             .iter()
@@ -476,11 +622,12 @@ fn row_counts(cache: &ContentCache, source: &MatrixSource) -> io::Result<Vec<u64
     Ok(counts)
 }
 
-/// Entries per row as offsets: where each row's start, then where the last one's end.
-fn offsets(counts: Vec<u64>) -> Vec<u64> {
-    let mut total = 0;
+/// Entries per row as offsets from `start`: where each row's start, then where the last
+/// one's end.
+fn offsets(start: u64, counts: Vec<u64>) -> Vec<u64> {
+    let mut total = start;
     let mut offsets = Vec::with_capacity(counts.len() + 1);
-    offsets.push(0);
+    offsets.push(start);
     offsets.extend(counts.into_iter().map(|count| {
         total += count;
         total
@@ -488,7 +635,7 @@ fn offsets(counts: Vec<u64>) -> Vec<u64> {
     offsets
 }
 
-/// The entries of a CSR matrix read last: their range, values and column positions.
+/// The entries of a CSR matrix read once: their range, values and column positions.
 #[derive(Debug)]
 struct HeldEntries {
     entries: Range<u64>,
@@ -591,12 +738,11 @@ impl ZarrArray {
                 part,
             } => column_part(frame, column, part, start..end)?,
             Content::Csr(csr, CsrPart::Indptr) => {
-                let indptr = csr.indptr()?;
-                let pointers = indptr[start..end].iter().map(|&p| p as i64);
+                let pointers = csr.indptr(start..end)?.into_iter().map(|p| p as i64);
                 Arc::new(Int64Array::from_iter_values(pointers))
             }
             Content::Csr(csr, part) => {
-                let entries = csr.entries(rows, *part)?;
+                let entries = csr.entries_of(rows, *part)?;
                 match &self.meta.dtype {
                     Dtype::Number(t) if t != entries.data_type() => {
                         arrow_cast::cast(&entries, t).map_err(io::Error::other)?
@@ -881,28 +1027,14 @@ impl Builder<'_> {
             let attrs = encoding_attrs(Encoding::Array);
             return Ok(self.array(path, meta, attrs, Content::Dense(Arc::new(source))));
         }
-        // The entries, from the fragments when they tell, else counted row by row now.
-        let (total, indptr) = match anndata::entry_count(&source.array, source.axes()) {
-            Some(total) => (total, None),
-            None => {
-                let indptr = offsets(row_counts(&self.origin.cache, &source)?);
-                (indptr.last().copied().unwrap_or(0), Some(indptr.into()))
-            }
-        };
+        let csr = Arc::new(CsrSource::new(source, self.origin.clone())?);
+        let total = csr.entries();
         let index_type = if shape[1] <= i32::MAX as u64 {
             DataType::Int32
         } else {
             DataType::Int64
         };
-        let value_dtype = Dtype::of(&source.value_type);
-        let csr = Arc::new(CsrSource {
-            matrix: source,
-            entries: total,
-            indptr: Mutex::new(indptr),
-            origin: self.origin.clone(),
-            last: Mutex::new(None),
-            reading: Mutex::new(()),
-        });
+        let value_dtype = Dtype::of(&csr.matrix.value_type);
         let mut attrs = encoding_attrs(Encoding::CsrMatrix);
         attrs.insert("shape".into(), json!(shape));
         let parts = [
@@ -923,7 +1055,12 @@ impl Builder<'_> {
         let members = parts
             .into_iter()
             .map(|(name, dtype, len, part)| {
-                let meta = ArrayMeta::new(vec![len], dtype);
+                let meta = match part {
+                    CsrPart::Indptr => {
+                        ArrayMeta::with_chunk_rows(vec![len], dtype, INDPTR_CHUNK_ROWS)
+                    }
+                    _ => ArrayMeta::new(vec![len], dtype),
+                };
                 let content = Content::Csr(csr.clone(), part);
                 let array = self.array(&format!("{path}/{name}"), meta, Map::new(), content);
                 (name.to_owned(), array)
