@@ -15,12 +15,15 @@
 //! Making the metadata needs the rows of obs and var (their join ids, and which columns
 //! hold nulls) and each CSR matrix's number of entries (the length of `data` and
 //! `indices`), which the array's fragments tell when no two of them share a row and every
-//! cell is on obs and var ([`anndata::entry_count`]): the usual store is listed without
-//! reading a matrix. Its entries per row (`indptr`) are counted from the coordinates alone
-//! when a chunk first needs them, once per array snapshot ([`anndata::row_counts`]), and
-//! kept in the cache, so that a daemon started again on the same cache does not count them
-//! again; a matrix whose fragments cannot tell is counted so when listed. A chunk of
-//! `data` or `indices` then reads only the rows that hold its entries.
+//! cell is on obs and var ([`anndata::row_blocks`]): the usual store is listed without
+//! reading a matrix. Its rows then fall in blocks, one per fragment, whose entries are
+//! known; a block's entries per row (what `indptr` holds) are counted from the coordinates
+//! alone ([`anndata::row_counts`]) when a chunk first needs one of its rows or entries, once
+//! per array snapshot, and kept in the cache, so that a daemon started again on the same
+//! cache does not count them again. A matrix whose fragments cannot tell is counted whole,
+//! as one block, when listed. A chunk of `indptr` (8,192 rows) counts only the blocks its
+//! rows fall in, and a chunk of `data` or `indices` reads only the rows that hold its
+//! entries.
 
 use std::collections::VecDeque;
 use std::io;
