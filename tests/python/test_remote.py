@@ -14,7 +14,9 @@
 3. Time travel: a store written at T1 < T2 < T3 (rows, an overwrite, metadata changes,
    a member added) mounted with --timestamp (milliseconds and RFC 3339) equals
    tiledbsoma opened with tiledb_timestamp; a store appended to while mounted shows the
-   change after --metadata-ttl and never serves a data file generated before it.
+   change after --metadata-ttl and never serves a data file generated before it; arrays
+   consolidated step by step (fragments, commits, fragment metadata, then vacuumed) show
+   what tiledbsoma reads at every step.
 4. Latencies over S3 (first look and cached), printed (run with -s to see them).
 
 Run: .venv/bin/python -m pytest tests/python/test_remote.py -q
