@@ -208,20 +208,6 @@ impl Array {
         Ok(array)
     }
 
-    /// The time the array was opened as of (ms since the epoch): what a later open at this
-    /// timestamp sees is exactly what this one sees, schema evolutions included.
-    pub fn open_timestamp_end(&self) -> Result<u64> {
-        let mut ts = 0u64;
-        // SAFETY: `self.raw` is the open array `self` owns; `ts` is a local.
-        unsafe {
-            tiledb_call!(
-                &self.ctx,
-                tiledb_array_get_open_timestamp_end(self.raw, &mut ts)
-            )
-        }?;
-        Ok(ts)
-    }
-
     /// The names of the fragments this open reads (their directories under `__fragments/`,
     /// or beside the schema in the layout before format 12), without a request: the
     /// fragments libtiledb loaded when it opened the array.

@@ -197,11 +197,6 @@ extern "C" {
         array: *mut tiledb_array_t,
         timestamp_end: u64,
     ) -> capi_return_t;
-    pub fn tiledb_array_get_open_timestamp_end(
-        ctx: *mut tiledb_ctx_t,
-        array: *mut tiledb_array_t,
-        timestamp_end: *mut u64,
-    ) -> capi_return_t;
     pub fn tiledb_array_open(
         ctx: *mut tiledb_ctx_t,
         array: *mut tiledb_array_t,
