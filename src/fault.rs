@@ -20,8 +20,8 @@ pub enum Point {
     Encode,
     /// A generator thread streaming a file, before it commits the file to the cache.
     Commit,
-    /// Opening an array, between opening it and loading its fragment list.
-    Open,
+    /// Loading an open array's fragment list, before it is loaded.
+    FragmentList,
 }
 
 impl Point {
@@ -30,16 +30,21 @@ impl Point {
             Point::Read => "read",
             Point::Encode => "encode",
             Point::Commit => "commit",
-            Point::Open => "open",
+            Point::FragmentList => "fragments",
         }
     }
 
     /// The point a variable's `<point>:<value>` names, and the value.
     fn parse(spec: &str) -> Option<(Point, u64)> {
         let (name, value) = spec.split_once(':')?;
-        let point = [Point::Read, Point::Encode, Point::Commit, Point::Open]
-            .into_iter()
-            .find(|p| p.name() == name)?;
+        let point = [
+            Point::Read,
+            Point::Encode,
+            Point::Commit,
+            Point::FragmentList,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)?;
         Some((point, value.parse().ok()?))
     }
 }

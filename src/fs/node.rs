@@ -320,7 +320,8 @@ pub fn slices_entries(table: &Table, chunk_cells: u64) -> Entries {
     let array = table.array();
     let kinds = column_kinds(array);
     let chunks: Vec<SliceRange> = match soma::chunks(array, chunk_cells) {
-        Some(chunks) => chunks
+        Err(e) => return error_entries(&e.to_string()),
+        Ok(Some(chunks)) => chunks
             .into_iter()
             .map(|(lo, hi)| match kinds[0] {
                 ColumnKind::UInt => SliceRange::UInt(lo as u64, hi as u64),
@@ -328,8 +329,8 @@ pub fn slices_entries(table: &Table, chunk_cells: u64) -> Entries {
             })
             .collect(),
         // Not an integer column: the whole table is one chunk, unless it has no cells.
-        None if array.stored_cells() == 0 => Vec::new(),
-        None => vec![SliceRange::All],
+        Ok(None) if array.non_empty_domain.iter().any(Option::is_none) => Vec::new(),
+        Ok(None) => vec![SliceRange::All],
     };
     let mut named = Vec::new();
     for chunk in chunks {

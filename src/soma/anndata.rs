@@ -17,7 +17,7 @@ use arrow_array::{Array as _, ArrayRef, RecordBatch};
 use log::{debug, warn};
 
 use crate::sync::{at_once, map_at_once};
-use crate::tiledb::{Member, Metadata, ObjectType, Value};
+use crate::tiledb::{Metadata, ObjectType, Value};
 
 use super::error::{Error, Result};
 use super::object::{ArrayObject, GroupObject, Objects, SomaObject, SomaType};
@@ -113,40 +113,20 @@ fn member<'a>(group: &'a GroupObject, name: &str) -> Option<&'a crate::tiledb::M
 /// them all.
 pub const AT_ONCE: usize = 8;
 
-/// Every member of `group`, opened at once (`None`: it cannot be, and the log says why).
-fn open_members<'a>(
-    store: &dyn Objects,
-    group: &'a GroupObject,
-) -> Vec<(&'a Member, Option<Arc<SomaObject>>)> {
-    let opened = map_at_once(&group.members, AT_ONCE, |m| {
-        open_logged(store, &m.uri, m.object_type)
-    });
-    group.members.iter().zip(opened).collect()
-}
-
-/// The member `name` of `group`, if it is a group, among those opened.
-fn opened_group<'a>(
-    opened: &'a [(&Member, Option<Arc<SomaObject>>)],
-    name: &str,
-) -> Option<&'a GroupObject> {
-    opened
-        .iter()
-        .find(|(m, _)| m.name == name)
-        .and_then(|(_, object)| as_group(object.as_ref()?))
-}
-
 /// The arrays among a group's members (in member order), opened at once.
 fn member_arrays(store: &dyn Objects, group: &GroupObject) -> Vec<Named> {
-    open_members(store, group)
-        .into_iter()
-        .filter_map(|(m, object)| match object?.as_ref() {
+    map_at_once(&group.members, AT_ONCE, |m| {
+        match open_logged(store, &m.uri, m.object_type)?.as_ref() {
             SomaObject::Array(array) => Some(Named {
                 name: m.name.clone(),
                 array: array.clone(),
             }),
             SomaObject::Group(_) => None,
-        })
-        .collect()
+        }
+    })
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 fn as_group(object: &SomaObject) -> Option<&GroupObject> {
@@ -158,14 +138,7 @@ fn as_group(object: &SomaObject) -> Option<&GroupObject> {
 
 /// The arrays of a measurement's collection that are two-dimensional ND arrays (sparse only
 /// when `sparse_only`).
-fn matrices(
-    store: &dyn Objects,
-    collection: Option<&GroupObject>,
-    sparse_only: bool,
-) -> Vec<Named> {
-    let Some(collection) = collection else {
-        return Vec::new();
-    };
+fn matrices(store: &dyn Objects, collection: &GroupObject, sparse_only: bool) -> Vec<Named> {
     member_arrays(store, collection)
         .into_iter()
         .filter(|named| {
@@ -180,21 +153,6 @@ fn matrices(
         .collect()
 }
 
-/// The measurements of an `ms` that have a `var` and an `X`, opened at once (group opens,
-/// shared with the listings that follow).
-fn measurements(store: &dyn Objects, ms: &GroupObject) -> Vec<(String, Arc<SomaObject>)> {
-    open_members(store, ms)
-        .into_iter()
-        .filter_map(|(m, object)| {
-            let object = object?;
-            let group = as_group(&object)?;
-            let is_measurement = group.soma_type == SomaType::Measurement;
-            (is_measurement && member(group, "var").is_some() && member(group, "X").is_some())
-                .then(|| (m.name.clone(), object.clone()))
-        })
-        .collect()
-}
-
 /// Whether an experiment may have measurements that can be AnnData: it has `obs` and `ms`.
 /// Decided from its members alone, so that its listing waits for no open; `anndata/`
 /// lists the measurements that have a `var` and an `X`.
@@ -205,51 +163,90 @@ pub fn has_anndata(experiment: &GroupObject) -> bool {
 impl AnnDataExperiment {
     /// Opens obs and every part of each measurement that has a var and an X with a layer;
     /// `None` when there is no obs or no such measurement.
+    ///
+    /// Each object is opened as soon as the group holding it is, not level by level: a
+    /// level would wait for its slowest member (an array's open takes twice a group's
+    /// round trips) before any of the groups in it opened theirs.
     pub fn open(store: &dyn Objects, experiment: &GroupObject) -> Option<AnnDataExperiment> {
         let (obs, ms) = (member(experiment, "obs")?, member(experiment, "ms")?);
-        let (obs, ms) = at_once(
+        let (obs, measurements) = at_once(
             || open_logged(store, &obs.uri, obs.object_type),
-            || open_logged(store, &ms.uri, ms.object_type),
+            || {
+                let ms = open_logged(store, &ms.uri, ms.object_type)?;
+                let ms = as_group(&ms)?;
+                let measurements = map_at_once(&ms.members, AT_ONCE, |m| {
+                    let object = open_logged(store, &m.uri, m.object_type)?;
+                    let group = as_group(&object)?;
+                    let is_measurement = group.soma_type == SomaType::Measurement;
+                    (is_measurement
+                        && member(group, "var").is_some()
+                        && member(group, "X").is_some())
+                    .then(|| AnnDataMeasurement::open(store, m.name.clone(), group))
+                    .flatten()
+                });
+                Some(measurements)
+            },
         );
         let obs = match obs?.as_ref() {
             SomaObject::Array(array) if array.soma_type.is_dataframe() => array.clone(),
             _ => return None,
         };
-        let ms = ms?;
-        let measurements = measurements(store, as_group(&ms)?);
         let measurements: Vec<Arc<AnnDataMeasurement>> =
-            map_at_once(&measurements, AT_ONCE, |(name, object)| {
-                AnnDataMeasurement::open(store, name.clone(), as_group(object)?)
-            })
-            .into_iter()
-            .flatten()
-            .map(Arc::new)
-            .collect();
+            measurements?.into_iter().flatten().map(Arc::new).collect();
         (!measurements.is_empty()).then_some(AnnDataExperiment { obs, measurements })
     }
 }
 
+/// What one member of a measurement gives its AnnData.
+enum Part {
+    Var(Arc<ArrayObject>),
+    /// The matrices of `X` (its layers), `obsm`, `varm`, `obsp` or `varp`.
+    Matrices(&'static str, Vec<Named>),
+    Uns(UnsCollection),
+}
+
+/// The collections of matrices a measurement's AnnData is read from.
+const MATRIX_PARTS: [&str; 5] = ["X", "obsm", "varm", "obsp", "varp"];
+
 impl AnnDataMeasurement {
     fn open(store: &dyn Objects, name: String, group: &GroupObject) -> Option<AnnDataMeasurement> {
-        // var, X, obsm, …, uns at once, then the members of each collection at once.
-        let opened = open_members(store, group);
-        let var = opened.iter().find(|(m, _)| m.name == "var")?.1.clone()?;
-        let var = match var.as_ref() {
-            SomaObject::Array(array) if array.soma_type.is_dataframe() => array.clone(),
-            _ => return None,
-        };
-        let collection = |name: &str| opened_group(&opened, name);
-        let parts = ["X", "obsm", "varm", "obsp", "varp"];
-        let (found, uns) = at_once(
-            || {
-                map_at_once(&parts, parts.len(), |&part| {
-                    matrices(store, collection(part), matches!(part, "obsp" | "varp"))
-                })
-            },
-            || collection("uns").map(|uns| uns_collection(store, uns, &[])),
-        );
-        let [mut layers, obsm, varm, obsp, varp]: [Vec<Named>; 5] =
-            found.try_into().expect("one list of matrices per part");
+        // var, X, obsm, …, uns at once, each collection's members as soon as it is open.
+        let opened = map_at_once(&group.members, group.members.len(), |m| {
+            let matrix_part = MATRIX_PARTS.iter().find(|&&part| part == m.name);
+            if m.name != "var" && m.name != "uns" && matrix_part.is_none() {
+                return None;
+            }
+            let object = open_logged(store, &m.uri, m.object_type)?;
+            Some(match (object.as_ref(), matrix_part) {
+                (SomaObject::Array(array), _) if m.name == "var" => {
+                    if !array.soma_type.is_dataframe() {
+                        return None;
+                    }
+                    Part::Var(array.clone())
+                }
+                (SomaObject::Group(uns), _) if m.name == "uns" => {
+                    Part::Uns(uns_collection(store, uns, &[]))
+                }
+                (SomaObject::Group(collection), Some(&part)) => {
+                    let sparse_only = matches!(part, "obsp" | "varp");
+                    Part::Matrices(part, matrices(store, collection, sparse_only))
+                }
+                _ => return None,
+            })
+        });
+        let (mut var, mut uns) = (None, None);
+        let mut found: [Vec<Named>; 5] = Default::default();
+        for part in opened.into_iter().flatten() {
+            match part {
+                Part::Var(array) => var = Some(array),
+                Part::Uns(collection) => uns = Some(collection),
+                Part::Matrices(part, named) => {
+                    let at = MATRIX_PARTS.iter().position(|&p| p == part);
+                    found[at.expect("one of the parts")] = named;
+                }
+            }
+        }
+        let [mut layers, obsm, varm, obsp, varp] = found;
         layers.sort_by(|a, b| a.name.cmp(&b.name));
         if let Some(data) = layers.iter().position(|l| l.name == "data") {
             let data = layers.remove(data);
@@ -260,7 +257,7 @@ impl AnnDataMeasurement {
         }
         Some(AnnDataMeasurement {
             name,
-            var,
+            var: var?,
             layers,
             obsm,
             varm,
@@ -287,10 +284,10 @@ impl AnnDataMeasurement {
 /// collections it is in is left out (with a warning): it would never end.
 fn uns_collection(store: &dyn Objects, group: &GroupObject, within: &[&str]) -> UnsCollection {
     let within: Vec<&str> = within.iter().copied().chain([group.uri.as_str()]).collect();
-    // Each level's members at once, and the collections among them at once.
-    let opened = open_members(store, group);
-    let members = map_at_once(&opened, AT_ONCE, |(m, object)| {
-        let member = match object.as_deref()? {
+    // Each member at once, and each collection's members as soon as it is open.
+    let members = map_at_once(&group.members, AT_ONCE, |m| {
+        let object = open_logged(store, &m.uri, m.object_type)?;
+        let member = match object.as_ref() {
             SomaObject::Group(inner) if within.contains(&inner.uri.as_str()) => {
                 warn!("anndata: {} holds {}, which holds it", group.uri, inner.uri);
                 return None;
@@ -580,13 +577,16 @@ fn holds_stored(axis: Axis, array: &ArrayObject, dim: usize) -> bool {
 /// and its cells, in row order. They tell when every stored cell is on both axes and no two
 /// fragments hold cells of a row in common, so that none can hold a cell another holds too
 /// (which a read would show once). `None`: count the entries ([`row_counts`]).
-pub fn row_blocks(array: &ArrayObject, (rows, cols): (Axis, Axis)) -> Option<Vec<RowBlock>> {
+pub fn row_blocks(
+    array: &ArrayObject,
+    (rows, cols): (Axis, Axis),
+) -> Result<Option<Vec<RowBlock>>> {
     if array.schema.dense || !holds_stored(rows, array, 0) || !holds_stored(cols, array, 1) {
-        return None;
+        return Ok(None);
     }
     let joinid = |value: &Value| i64::try_from(value.as_i128()?).ok();
-    let mut blocks = array
-        .fragments
+    let Some(mut blocks) = array
+        .fragments()?
         .iter()
         .map(|f| {
             let (lo, hi) = f.first_dimension.as_ref()?;
@@ -595,12 +595,15 @@ pub fn row_blocks(array: &ArrayObject, (rows, cols): (Axis, Axis)) -> Option<Vec
                 entries: f.cell_num,
             })
         })
-        .collect::<Option<Vec<RowBlock>>>()?;
+        .collect::<Option<Vec<RowBlock>>>()
+    else {
+        return Ok(None);
+    };
     blocks.sort_unstable_by_key(|block| block.joinids);
     let apart = blocks
         .windows(2)
         .all(|pair| pair[0].joinids.1 < pair[1].joinids.0);
-    apart.then_some(blocks)
+    Ok(apart.then_some(blocks))
 }
 
 /// Rows of a matrix whose entries are known: their join ids (inclusive) and their entries.
@@ -752,21 +755,21 @@ pub fn read_frame_column(frame: &ArrayObject, column: &str, joinids: &[i64]) -> 
 /// dense, for `rows` rows in all: its current domain's (dense arrays and arrays with a
 /// shape); else, for a sparse array stored whole, its cells over the rows; else past the
 /// last stored column.
-pub fn matrix_width(array: &ArrayObject, rows: u64) -> u64 {
+pub fn matrix_width(array: &ArrayObject, rows: u64) -> Result<u64> {
     let second = array.schema.index_columns().nth(1);
     let has_shape = second.is_some_and(|c| c.domain != c.schema_domain);
     let shape = array.schema.shape.as_ref().and_then(|s| s.get(1).copied());
     if array.schema.dense || has_shape {
-        return shape.unwrap_or(0);
+        return Ok(shape.unwrap_or(0));
     }
-    let cells = array.stored_cells();
+    let cells = array.stored_cells()?;
     if rows > 0 && cells.is_multiple_of(rows) {
-        return cells / rows;
+        return Ok(cells / rows);
     }
-    match array.non_empty_domain.get(1).cloned().flatten() {
+    Ok(match array.non_empty_domain.get(1).cloned().flatten() {
         Some((_, hi)) => hi.as_i128().map_or(0, |hi| (hi + 1).max(0) as u64),
         None => 0,
-    }
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Opening a URI as a SOMA object: its type, metadata and members or schema.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::sync::{at_once, Recover, SingleFlight};
@@ -108,8 +108,11 @@ pub struct ArrayObject {
     pub schema: SomaSchema,
     /// The bounding box of the stored cells, one entry per index column (`None`: no cells).
     pub non_empty_domain: Vec<Option<tiledb::Bounds>>,
-    /// The fragments seen when the array was opened: what every read of it will see.
-    pub fragments: Vec<Fragment>,
+    /// libtiledb's estimate of a sparse array's stored cells, made with the open (see
+    /// `Store::open_array`); `None` for a dense array, or one only described.
+    pub stored_cells_estimate: Option<u64>,
+    /// The fragments the open reads: what every read of the snapshot sees.
+    fragments: Fragments,
     /// The mount's `--timestamp`, if any.
     pub mount_timestamp_ms: Option<u64>,
     /// What the content depends on, digested (see `content_digest`).
@@ -118,6 +121,19 @@ pub struct ArrayObject {
     /// open array between concurrent queries, and a reopen would cost round trips on S3.
     /// (`None` for an array only described, as the filesystem's unit tests make them.)
     handle: Option<Arc<Array>>,
+}
+
+/// The fragments of a snapshot: named by its open, and described (cell counts, the range
+/// of the first dimension) by the array's fragment list, loaded when first needed. Listing
+/// and reading an array need neither: the list serves `schema.json`'s count, `slices/` and
+/// the Zarr stores' entry counts. On object storage it costs six requests over three round
+/// trips (the array's directories listed again), which every array of `ls -R` would pay.
+#[derive(Debug)]
+struct Fragments {
+    /// The names of the fragments the open reads, sorted (by their timestamps first).
+    names: Vec<String>,
+    /// The fragments the list describes, loaded once.
+    described: OnceLock<tiledb::Result<Arc<[Fragment]>>>,
 }
 
 impl ArrayObject {
@@ -131,13 +147,19 @@ impl ArrayObject {
         non_empty_domain: Vec<Option<tiledb::Bounds>>,
         fragments: Vec<Fragment>,
     ) -> ArrayObject {
+        let mut names: Vec<String> = fragments.iter().map(|f| f.name().to_owned()).collect();
+        names.sort();
         let mut array = ArrayObject {
             uri: uri.to_owned(),
             soma_type,
             metadata,
             schema,
             non_empty_domain,
-            fragments,
+            stored_cells_estimate: None,
+            fragments: Fragments {
+                names,
+                described: OnceLock::from(Ok(fragments.into())),
+            },
             mount_timestamp_ms: None,
             content_id: String::new(),
             handle: None,
@@ -157,11 +179,55 @@ impl ArrayObject {
             Some(ms) => digest.mark(b't').number(ms),
         };
         self.schema.digest_into(&mut digest);
-        digest.number(self.fragments.len() as u64);
-        for fragment in &self.fragments {
-            digest.text(&fragment.uri);
+        digest.number(self.fragments.names.len() as u64);
+        for name in &self.fragments.names {
+            digest.text(name);
         }
         digest.finish()
+    }
+
+    /// The fragments the snapshot reads, with their cell counts and ranges, from the
+    /// array's fragment list, loaded on the first call (see [`Fragments`]). An error when
+    /// one of them has left the list since the open: the store was consolidated and
+    /// vacuumed meanwhile, and the snapshot's reads would fail too.
+    pub fn fragments(&self) -> tiledb::Result<&[Fragment]> {
+        match self
+            .fragments
+            .described
+            .get_or_init(|| self.load_fragments())
+        {
+            Ok(fragments) => Ok(fragments),
+            Err(e) => Err(e.clone()),
+        }
+    }
+
+    fn load_fragments(&self) -> tiledb::Result<Arc<[Fragment]>> {
+        let handle = self
+            .handle()
+            .map_err(|e| tiledb::Error::new(e.to_string()))?;
+        crate::fault::pass(crate::fault::Point::FragmentList);
+        let first_dimension = handle.schema()?.info()?.dimensions.into_iter().next();
+        // The list may hold fragments committed since the open: they are not the snapshot's.
+        let names = &self.fragments.names;
+        let fragments: Arc<[Fragment]> = FragmentInfo::load(handle.context(), &self.uri)?
+            .fragments(first_dimension.as_ref())?
+            .into_iter()
+            .filter(|f| {
+                names
+                    .binary_search_by(|name| name.as_str().cmp(f.name()))
+                    .is_ok()
+            })
+            .collect();
+        if fragments.len() != names.len() {
+            return Err(tiledb::Error::new(format!(
+                "{}: {} of the {} fragments opened have since been removed (consolidated and \
+                 vacuumed): the array is shown as opened until the metadata TTL ends",
+                self.uri,
+                names.len() - fragments.len(),
+                names.len()
+            )));
+        }
+        Ok(fragments)
     }
 
     /// The array open at this snapshot, for queries.
@@ -176,10 +242,15 @@ impl ArrayObject {
     /// Sparse: the fragments' cell counts added up (tiledbsoma never writes the same
     /// coordinates twice into a SOMA array, so fragments do not overlap). Dense fragments
     /// count whole tiles, so a dense array's count is the cells of its non-empty domain.
-    pub fn stored_cells(&self) -> u64 {
+    pub fn stored_cells(&self) -> tiledb::Result<u64> {
         if !self.schema.dense {
-            return self.fragments.iter().map(|f| f.cell_num).sum();
+            return Ok(self.fragments()?.iter().map(|f| f.cell_num).sum());
         }
+        Ok(self.dense_cells())
+    }
+
+    /// The cells of a dense array's non-empty domain.
+    fn dense_cells(&self) -> u64 {
         self.non_empty_domain
             .iter()
             .map(|bounds| match bounds {
@@ -254,11 +325,6 @@ pub struct Store {
     /// opened ahead of a look) waits for the first and takes its snapshot, or its error.
     opening: SingleFlight<String, tiledb::Result<Arc<SomaObject>>>,
 }
-
-/// How many times an array is opened while fragments it reads keep being removed before its
-/// fragment list is loaded (each try takes a few round trips; a store vacuumed that often is
-/// rare).
-const OPEN_ATTEMPTS: usize = 8;
 
 /// The libtiledb settings soma-mount always uses: var-sized buffers come out as Arrow large
 /// offsets (64-bit, with the extra final element, in bytes), and freed memory is kept for
@@ -378,35 +444,21 @@ impl Store {
         })
     }
 
-    /// Opens the array at `uri` with the list of exactly the fragments the open reads.
+    /// Opens the array at `uri`: its schema, metadata and enumerations, and the names of
+    /// the fragments the open reads (their list is loaded when first needed).
     fn open_array(&self, uri: &str) -> tiledb::Result<ArrayObject> {
-        for _ in 0..OPEN_ATTEMPTS {
-            if let Some(array) = self.open_array_once(uri)? {
-                return Ok(array);
-            }
-            log::info!("{uri}: a fragment the open read was removed meanwhile: opening it again");
-        }
-        Err(tiledb::Error::new(format!(
-            "{uri}: fragments were removed during each of {OPEN_ATTEMPTS} opens"
-        )))
-    }
-
-    /// One try of [`Self::open_array`]: `None` when a fragment the open reads was gone from
-    /// the fragment list loaded after it (vacuumed meanwhile).
-    fn open_array_once(&self, uri: &str) -> tiledb::Result<Option<ArrayObject>> {
         let array = Array::open(&self.ctx, uri, self.timestamp_ms)?;
         let info = array.schema()?.info()?;
-        // The open names the fragments it reads; their cell counts and ranges are in the
-        // fragment list, loaded after the open (it then finds the fragments' footers in
-        // libtiledb's cache) and at the same time as the metadata and enumerations, each
-        // fetched on first use: one round trip for the three. The list may hold fragments
-        // committed since the open, which are not part of the snapshot.
-        let read = array.fragment_names()?;
-        crate::fault::pass(crate::fault::Point::Open);
-        let ((metadata, enumerations), loaded) = at_once(
+        let names = array.fragment_names()?.into_iter().collect();
+        // The metadata, the enumerations and, for a sparse array, libtiledb's estimate of its
+        // cells, each fetched on first use: one round trip for the three. The estimate loads
+        // the fragments' R-trees, the first thing any read of the array loads (and listing
+        // its `slices/`), and sizes reads of the whole array.
+        let sparse = info.array_type != tiledb::ArrayType::Dense;
+        let (metadata, (enumerations, estimate)) = at_once(
+            || array.metadata(),
             || {
                 at_once(
-                    || array.metadata(),
                     || {
                         array.enumerations(
                             info.attributes
@@ -414,18 +466,15 @@ impl Store {
                                 .filter_map(|attr| attr.enumeration.as_deref()),
                         )
                     },
+                    || {
+                        sparse
+                            .then(|| tiledb::estimated_cells(&array, &[]))
+                            .transpose()
+                    },
                 )
             },
-            || FragmentInfo::load(&self.ctx, uri)?.fragments(info.dimensions.first()),
         );
-        let fragments: Vec<Fragment> = loaded?
-            .into_iter()
-            .filter(|f| read.contains(f.name()))
-            .collect();
-        if fragments.len() != read.len() {
-            return Ok(None);
-        }
-        let (metadata, enumerations) = (metadata?, enumerations?);
+        let (metadata, enumerations, estimate) = (metadata?, enumerations?, estimate?);
         let soma_type = SomaType::recognise(ObjectType::Array, &metadata);
         let non_empty_domain = info
             .dimensions
@@ -439,13 +488,17 @@ impl Store {
             schema: SomaSchema::new(soma_type, &info, &enumerations),
             metadata,
             non_empty_domain,
-            fragments,
+            stored_cells_estimate: estimate,
+            fragments: Fragments {
+                names,
+                described: OnceLock::new(),
+            },
             mount_timestamp_ms: self.timestamp_ms,
             content_id: String::new(),
             handle: Some(Arc::new(array)),
         };
         array.content_id = array.content_digest();
-        Ok(Some(array))
+        Ok(array)
     }
 }
 

@@ -373,8 +373,8 @@ impl BatchReader {
         if unsorted.is_some() && !array.schema.dense {
             plan = Plan::Sorted(Layout::GlobalOrder);
         }
-        let read_bytes =
-            super::estimated_cells(array, selection).saturating_mul(row_bytes(&columns));
+        let mut expected_cells = super::estimated_cells(array, selection)?;
+        let read_bytes = expected_cells.saturating_mul(row_bytes(&columns));
         let sort_in_memory = !array.schema.dense
             && plan_layout(&plan) == Some(Layout::RowMajor)
             && read_bytes <= IN_MEMORY_SORT_BYTES;
@@ -407,19 +407,12 @@ impl BatchReader {
             }
         }
         let mut runs = VecDeque::new();
-        let mut expected_cells = super::estimated_cells(array, selection);
         let (layout, bands) = match plan {
             Plan::Sorted(layout) => (layout, None),
             Plan::Bands { extent, origin } => {
                 // Read in runs of bands across what is stored (and selected) on dimension 0.
                 let stored = array.non_empty_domain.first().cloned().flatten();
                 let stored = stored.and_then(|(a, b)| Some((a.as_i128()?, b.as_i128()?)));
-                let stored_bands = stored.map_or(1, |s| {
-                    let band = |row: i128| (row - origin).div_euclid(extent);
-                    u64::try_from(band(s.1) - band(s.0) + 1).unwrap_or(u64::MAX)
-                });
-                let cells_per_band = array.stored_cells() / stored_bands.max(1);
-                expected_cells = cells_per_band;
                 let mut selected: Vec<(i128, i128)> = match ranges[0].as_slice() {
                     [] => stored.into_iter().collect(),
                     many => many
@@ -432,6 +425,12 @@ impl BatchReader {
                         .collect(),
                 };
                 selected.sort_unstable();
+                // The cells of a band of the selected rows, taken as spread evenly.
+                let selected_rows: i128 = selected.iter().map(|(a, b)| b - a + 1).sum();
+                let cells_per_band = (u128::from(expected_cells) * extent.max(1) as u128
+                    / selected_rows.max(1) as u128)
+                    .min(u128::from(u64::MAX)) as u64;
+                expected_cells = cells_per_band;
                 for (i, range) in selected.into_iter().enumerate() {
                     runs.extend(band_runs(range, extent, origin, cells_per_band, i == 0));
                 }

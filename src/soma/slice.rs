@@ -2,7 +2,7 @@
 //! chunks of about N stored cells along its first index column, from fragment metadata alone.
 
 use crate::digest::Digest;
-use crate::tiledb::Value;
+use crate::tiledb::{self, Value};
 
 use super::object::ArrayObject;
 use super::reader::Selection;
@@ -101,18 +101,27 @@ impl Selection {
     }
 }
 
+/// Into how many equal parts of a sparse array's stored rows [`spans`] cuts it to ask
+/// libtiledb's estimate of each part's cells.
+const DENSITY_PROBES: i128 = 128;
+
 /// Where the cells lie along the first index column: spans `(lo, hi, cells)`, cells spread
-/// evenly over each. A dense array has every cell of its current domain; a sparse one has
-/// each fragment's cells over the fragment's range. `None` when the column is not an integer.
-fn spans(array: &ArrayObject) -> Option<Vec<(i128, i128, f64)>> {
+/// evenly over each. A dense array has every cell of its current domain. A sparse one's
+/// stored range of the column is cut into up to [`DENSITY_PROBES`] equal parts, each with
+/// libtiledb's estimate of its cells: the R-trees the estimates need are loaded once, with
+/// no listing of the array's fragments. `None` when the column is not an integer.
+fn spans(array: &ArrayObject) -> super::Result<Option<Vec<(i128, i128, f64)>>> {
     let mut index = array.schema.index_columns();
-    let first = index.next()?;
-    if !first.arrow_type.is_integer() {
-        return None;
-    }
+    let Some(first) = index.next().filter(|c| c.arrow_type.is_integer()) else {
+        return Ok(None);
+    };
     if array.schema.dense {
-        let (lo, hi) = first.domain.as_ref()?;
-        let (lo, hi) = (lo.as_i128()?, hi.as_i128()?);
+        let Some((lo, hi)) = first.domain.as_ref() else {
+            return Ok(None);
+        };
+        let (Some(lo), Some(hi)) = (lo.as_i128(), hi.as_i128()) else {
+            return Ok(None);
+        };
         let row_cells: f64 = index
             .map(|c| match &c.domain {
                 Some((a, b)) => match (a.as_i128(), b.as_i128()) {
@@ -123,33 +132,69 @@ fn spans(array: &ArrayObject) -> Option<Vec<(i128, i128, f64)>> {
             })
             .product();
         if hi < lo {
-            return Some(Vec::new());
+            return Ok(Some(Vec::new()));
         }
-        return Some(vec![(lo, hi, (hi - lo + 1) as f64 * row_cells)]);
+        return Ok(Some(vec![(lo, hi, (hi - lo + 1) as f64 * row_cells)]));
     }
-    Some(
-        array
-            .fragments
-            .iter()
-            .filter(|f| f.cell_num > 0)
-            .filter_map(|f| {
-                let (lo, hi) = f.first_dimension.as_ref()?;
-                Some((lo.as_i128()?, hi.as_i128()?, f.cell_num as f64))
-            })
-            .collect(),
-    )
+    let stored = array.non_empty_domain.first().cloned().flatten();
+    let Some((Some(lo), Some(hi))) = stored.map(|(lo, hi)| (lo.as_i128(), hi.as_i128())) else {
+        return Ok(Some(Vec::new()));
+    };
+    let bound = |v: i128| match first.arrow_type {
+        arrow_schema::DataType::UInt64 => Value::UInt(v as u64),
+        _ => Value::Int(v as i64),
+    };
+    let handle = array.handle()?;
+    let rows = hi - lo + 1;
+    let parts = rows.clamp(1, DENSITY_PROBES);
+    let mut spans = Vec::new();
+    for k in 0..parts {
+        let (a, b) = (lo + rows * k / parts, lo + rows * (k + 1) / parts - 1);
+        let cells = tiledb::estimated_cells(&handle, &[vec![(bound(a), bound(b))]])?;
+        if cells > 0 {
+            spans.push((a, b, cells as f64));
+        }
+    }
+    Ok(Some(spans))
 }
 
-/// About how many cells a selection holds: the cells of its ranges on the first index
-/// column (from [`spans`]), times the share of each other column's stored range it keeps.
-pub fn estimated_cells(array: &ArrayObject, selection: &Selection) -> u64 {
+/// About how many cells a selection holds.
+///
+/// A sparse array's are libtiledb's estimate of a read of the selection's ranges
+/// ([`tiledb::estimated_cells`]): it loads the R-trees the read would load first, where the
+/// fragment list would cost round trips of its own on object storage. A dense array's are
+/// the cells of its ranges on the first index column, times the share of each other
+/// column's stored range it keeps.
+pub fn estimated_cells(array: &ArrayObject, selection: &Selection) -> super::Result<u64> {
     if selection.is_empty() {
-        return 0;
+        return Ok(0);
     }
-    let all = array.stored_cells() as f64;
+    if !array.schema.dense {
+        // The ranges of integer columns only, the others taken whole: libtiledb 2.30 crashes
+        // (SIGSEGV in its tile overlap ratio) on a range of a string dimension where a tile
+        // holds only empty strings (see the reader), and an estimate may be over.
+        let ranges: Vec<Vec<(Value, Value)>> = selection
+            .ranges
+            .iter()
+            .zip(array.schema.index_columns())
+            .map(|(ranges, column)| match column.arrow_type.is_integer() {
+                true => ranges.clone(),
+                false => Vec::new(),
+            })
+            .collect();
+        if let (true, Some(cells)) = (
+            ranges.iter().all(Vec::is_empty),
+            array.stored_cells_estimate,
+        ) {
+            return Ok(cells);
+        }
+        let handle = array.handle()?;
+        return Ok(tiledb::estimated_cells(&handle, &ranges)?);
+    }
+    let all = array.stored_cells()? as f64;
     let mut estimate = all;
     let first_ranges = selection.ranges.first().filter(|r| !r.is_empty());
-    if let (Some(ranges), Some(spans)) = (first_ranges, spans(array)) {
+    if let (Some(ranges), Some(spans)) = (first_ranges, spans(array)?) {
         estimate = spans
             .iter()
             .map(|&(lo, hi, cells)| {
@@ -176,19 +221,21 @@ pub fn estimated_cells(array: &ArrayObject, selection: &Selection) -> u64 {
             .sum();
         estimate *= (kept / (hi - lo + 1.0)).min(1.0);
     }
-    estimate.min(all).ceil() as u64
+    Ok(estimate.min(all).ceil() as u64)
 }
 
 /// The first index column's ranges of chunks of about `chunk_cells` stored cells each,
 /// covering every stored cell; `None` when the first column is not an integer.
 ///
-/// Cells are taken as spread evenly over each fragment's range of the first column (a dense
-/// array: over its current domain), which is what fragment metadata tells without reading.
-pub fn chunks(array: &ArrayObject, chunk_cells: u64) -> Option<Vec<(i128, i128)>> {
+/// Cells are taken as spread evenly over each of the [`spans`] of the first column, which
+/// fragment metadata tells without reading.
+pub fn chunks(array: &ArrayObject, chunk_cells: u64) -> super::Result<Option<Vec<(i128, i128)>>> {
     // Spans of the first column and how many cells each holds.
-    let spans = spans(array)?;
+    let Some(spans) = spans(array)? else {
+        return Ok(None);
+    };
     if spans.is_empty() {
-        return Some(Vec::new());
+        return Ok(Some(Vec::new()));
     }
     // Cut points where the density changes, then walk them filling chunks.
     let mut points: Vec<i128> = spans.iter().flat_map(|s| [s.0, s.1 + 1]).collect();
@@ -222,8 +269,8 @@ pub fn chunks(array: &ArrayObject, chunk_cells: u64) -> Option<Vec<(i128, i128)>
             }
         }
     }
-    if let Some(start) = chunk_start {
-        out.push((start, *points.last()? - 1));
+    if let (Some(start), Some(&end)) = (chunk_start, points.last()) {
+        out.push((start, end - 1));
     }
-    Some(out)
+    Ok(Some(out))
 }

@@ -500,6 +500,19 @@ extern "C" {
         query: *mut tiledb_query_t,
         subarray: *const tiledb_subarray_t,
     ) -> capi_return_t;
+    pub fn tiledb_query_get_est_result_size(
+        ctx: *mut tiledb_ctx_t,
+        query: *const tiledb_query_t,
+        name: *const c_char,
+        size: *mut u64,
+    ) -> capi_return_t;
+    pub fn tiledb_query_get_est_result_size_var(
+        ctx: *mut tiledb_ctx_t,
+        query: *const tiledb_query_t,
+        name: *const c_char,
+        size_off: *mut u64,
+        size_val: *mut u64,
+    ) -> capi_return_t;
     pub fn tiledb_query_set_condition(
         ctx: *mut tiledb_ctx_t,
         query: *mut tiledb_query_t,

@@ -32,7 +32,8 @@ pub use error::{Error, Result};
 pub use group::{Group, Member};
 pub use metadata::{Metadata, MetadataValue};
 pub use query::{
-    Batch, BatchSizing, ColumnData, ColumnSpec, Layout, QueryCondition, ReadQuery, TileUnit,
+    estimated_cells, Batch, BatchSizing, ColumnData, ColumnSpec, Layout, QueryCondition, ReadQuery,
+    TileUnit,
 };
 
 mod error;

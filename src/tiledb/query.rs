@@ -221,54 +221,12 @@ impl ReadQuery {
         condition: Option<&QueryCondition>,
         sizing: BatchSizing,
     ) -> Result<ReadQuery> {
-        let ctx = array.context().clone();
-        let mut raw = ptr::null_mut();
-        let layout = match layout {
-            Layout::RowMajor => ffi::TILEDB_ROW_MAJOR,
-            Layout::Unordered => ffi::TILEDB_UNORDERED,
-            Layout::GlobalOrder => ffi::TILEDB_GLOBAL_ORDER,
-        };
-        // SAFETY: `array` is an open array, kept alive by the `Arc` the query holds; the new
-        // query handle stored in `raw` is taken over by the wrapper.
-        let query = unsafe {
-            tiledb_call!(
-                &ctx,
-                tiledb_query_alloc(array.as_ptr(), ffi::TILEDB_READ, &mut raw)
-            )?;
-            let query = Query::from_raw(&ctx, raw)?;
-            tiledb_call!(&ctx, tiledb_query_set_layout(query.as_ptr(), layout))?;
-            query
-        };
-
-        if ranges.iter().any(|r| !r.is_empty()) {
-            let dimensions = array.schema()?.info()?.dimensions;
-            let mut raw = ptr::null_mut();
-            // SAFETY: `array` is open; the new subarray handle stored in `raw` is taken over by
-            // the wrapper.
-            let subarray = unsafe {
-                tiledb_call!(&ctx, tiledb_subarray_alloc(array.as_ptr(), &mut raw))?;
-                Subarray::from_raw(&ctx, raw)?
-            };
-            for (dim, (dim_ranges, info)) in ranges.iter().zip(&dimensions).enumerate() {
-                for (lo, hi) in dim_ranges {
-                    // SAFETY: `info` is dimension `dim` of the schema of `array`, from which
-                    // the subarray was made.
-                    unsafe { subarray.add_range(dim as u32, info.datatype, lo, hi) }?;
-                }
-            }
-            // SAFETY: both handles are live; libtiledb copies the subarray into the query.
-            unsafe {
-                tiledb_call!(
-                    &ctx,
-                    tiledb_query_set_subarray_t(query.as_ptr(), subarray.as_ptr())
-                )
-            }?;
-        }
+        let query = Query::over(&array, layout, ranges)?;
         if let Some(condition) = condition {
             // SAFETY: both handles are live; libtiledb copies the condition into the query.
             unsafe {
                 tiledb_call!(
-                    &ctx,
+                    query.context(),
                     tiledb_query_set_condition(query.as_ptr(), condition.as_ptr())
                 )
             }?;
@@ -506,6 +464,112 @@ impl ReadQuery {
             .collect();
         Batch { cells, columns }
     }
+}
+
+impl Query {
+    /// A read query of `array` in `layout` over `ranges` (one list of inclusive ranges per
+    /// dimension; an empty list means the whole dimension).
+    fn over(array: &Array, layout: Layout, ranges: &[Vec<(Value, Value)>]) -> Result<Query> {
+        let ctx = array.context().clone();
+        let mut raw = ptr::null_mut();
+        let layout = match layout {
+            Layout::RowMajor => ffi::TILEDB_ROW_MAJOR,
+            Layout::Unordered => ffi::TILEDB_UNORDERED,
+            Layout::GlobalOrder => ffi::TILEDB_GLOBAL_ORDER,
+        };
+        // SAFETY: `array` is an open array, which the caller keeps open while the query lives
+        // (a `ReadQuery` holds it; an estimate drops the query first); the new query handle
+        // stored in `raw` is taken over by the wrapper.
+        let query = unsafe {
+            tiledb_call!(
+                &ctx,
+                tiledb_query_alloc(array.as_ptr(), ffi::TILEDB_READ, &mut raw)
+            )?;
+            let query = Query::from_raw(&ctx, raw)?;
+            tiledb_call!(&ctx, tiledb_query_set_layout(query.as_ptr(), layout))?;
+            query
+        };
+
+        if ranges.iter().any(|r| !r.is_empty()) {
+            let dimensions = array.schema()?.info()?.dimensions;
+            let mut raw = ptr::null_mut();
+            // SAFETY: `array` is open; the new subarray handle stored in `raw` is taken over by
+            // the wrapper.
+            let subarray = unsafe {
+                tiledb_call!(&ctx, tiledb_subarray_alloc(array.as_ptr(), &mut raw))?;
+                Subarray::from_raw(&ctx, raw)?
+            };
+            for (dim, (dim_ranges, info)) in ranges.iter().zip(&dimensions).enumerate() {
+                for (lo, hi) in dim_ranges {
+                    // SAFETY: `info` is dimension `dim` of the schema of `array`, from which
+                    // the subarray was made.
+                    unsafe { subarray.add_range(dim as u32, info.datatype, lo, hi) }?;
+                }
+            }
+            // SAFETY: both handles are live; libtiledb copies the subarray into the query.
+            unsafe {
+                tiledb_call!(
+                    &ctx,
+                    tiledb_query_set_subarray_t(query.as_ptr(), subarray.as_ptr())
+                )
+            }?;
+        }
+        Ok(query)
+    }
+
+    /// libtiledb's estimate of the bytes a read of the fixed-size column `name` returns.
+    fn estimated_bytes(&self, name: &str) -> Result<u64> {
+        let name = c_string(name)?;
+        let mut size = 0u64;
+        // SAFETY: `self` is a live query; `name` outlives the call; `size` is a local.
+        unsafe {
+            tiledb_call!(
+                self.context(),
+                tiledb_query_get_est_result_size(self.as_ptr(), name.as_ptr(), &mut size)
+            )
+        }?;
+        Ok(size)
+    }
+
+    /// libtiledb's estimate of the offsets and value bytes a read of the var-sized column
+    /// `name` returns.
+    fn estimated_var_bytes(&self, name: &str) -> Result<(u64, u64)> {
+        let name = c_string(name)?;
+        let (mut offsets, mut values) = (0u64, 0u64);
+        // SAFETY: as in `estimated_bytes`, with two locals.
+        unsafe {
+            tiledb_call!(
+                self.context(),
+                tiledb_query_get_est_result_size_var(
+                    self.as_ptr(),
+                    name.as_ptr(),
+                    &mut offsets,
+                    &mut values
+                )
+            )
+        }?;
+        Ok((offsets, values))
+    }
+}
+
+/// About how many cells of `array` lie in `ranges` (one list per dimension, empty for all
+/// of it), as libtiledb estimates a read of them: for a sparse array, from the bounding
+/// boxes of the data tiles that each fragment's R-tree holds, whole tiles counted exactly
+/// and tiles the ranges cut counted by the share of their box inside. Loading the R-trees
+/// is what a read over the ranges would do first; the open array keeps them for it.
+pub fn estimated_cells(array: &Array, ranges: &[Vec<(Value, Value)>]) -> Result<u64> {
+    let query = Query::over(array, Layout::Unordered, ranges)?;
+    let dimensions = array.schema()?.info()?.dimensions;
+    let first = dimensions
+        .first()
+        .ok_or_else(|| Error::new("an array without dimensions"))?;
+    if first.cell_val_num == VAR_NUM {
+        // One 64-bit offset per cell.
+        let (offsets, _) = query.estimated_var_bytes(&first.name)?;
+        return Ok(offsets / 8);
+    }
+    let cell_bytes = first.datatype.size() as u64 * u64::from(first.cell_val_num.max(1));
+    Ok(query.estimated_bytes(&first.name)? / cell_bytes.max(1))
 }
 
 impl Subarray {

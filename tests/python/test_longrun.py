@@ -867,29 +867,29 @@ def test_soak_appends_under_readers(tmp_path, mount):
         td.fail_if(problems, "soak problems")
 
 
-OPEN_PAUSE_MS = 3000  # SOMA_MOUNT_PAUSE: held between an array's open and its fragment list
+OPEN_PAUSE_MS = 3000  # SOMA_MOUNT_PAUSE: held after an array's open, before its fragment list
 
 
 @pytest.mark.timeout(180)
 def test_a_fragment_committed_during_an_open_is_not_in_its_snapshot(tmp_path, mount, monkeypatch):
     """An array's open names the fragments it reads; their cell counts and ranges come
-    from the fragment list, loaded after the open, which may hold fragments committed
-    since. With the daemon held between the two (SOMA_MOUNT_PAUSE), the test has
-    tiledbsoma append: X/schema.json (its non_empty_domain from the open, its cell_count
-    from the list) and X/data.csv must then show one state that tiledbsoma wrote, the one
-    the open saw, before the append. The soak once saw a schema.json with the domain of
-    one state and the count of the state before."""
+    from the fragment list, loaded after the open when first needed (here by
+    X/schema.json's cell_count), which may hold fragments committed since. With the
+    daemon held before it loads the list (SOMA_MOUNT_PAUSE), the test has tiledbsoma
+    append: X/schema.json (its non_empty_domain from the open, its cell_count from the
+    list) and X/data.csv must then show one state that tiledbsoma wrote, the one the open
+    saw, before the append. The soak once saw a schema.json with the domain of one state
+    and the count of the state before."""
     store = LiveStore(str(tmp_path / "live"))
     store.create()
-    monkeypatch.setenv("SOMA_MOUNT_PAUSE", f"open:{OPEN_PAUSE_MS}")
+    monkeypatch.setenv("SOMA_MOUNT_PAUSE", f"fragments:{OPEN_PAUSE_MS}")
     with mount(store.uri, "-v", "--metadata-ttl", "600") as mp:
         schema_path = Path(mp) / "X" / "schema.json"
         got: dict = {}
         reader = threading.Thread(target=lambda: got.update(schema=schema_path.read_bytes()), daemon=True)
         reader.start()
-        # Append once the daemon says it holds the open of X (the array open, its fragment
-        # list not loaded yet), and see that the append's writes were done before the pause
-        # ended.
+        # Append once the daemon says it holds X (the array open, its fragment list not
+        # loaded yet), and see that the append's writes were done before the pause ended.
         held = wait_until(lambda: "pausing" in Path(mp.log).read_text(errors="replace"), 30)
         assert held, "the daemon never paused in an open"
         paused = time.monotonic()

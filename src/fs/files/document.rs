@@ -77,7 +77,10 @@ impl Document {
         Ok(match &self.source {
             Source::Metadata(object) => json::metadata_json(object.metadata()),
             Source::Schema(object) => match object.as_ref() {
-                SomaObject::Array(array) => json::schema_json(array, array.stored_cells()),
+                SomaObject::Array(array) => {
+                    let stored_cells = array.stored_cells().map_err(|e| e.to_string())?;
+                    json::schema_json(array, stored_cells)
+                }
                 SomaObject::Group(_) => return Err(format!("{}: not an array", object.uri())),
             },
             Source::ErrorText(message) => format!("{message}\n").into_bytes(),

@@ -133,7 +133,11 @@ impl H5adFile {
         // reckoned from the whole of obs.
         let all_cells = match self.category {
             None => obs.len() as u64,
-            Some(_) => self.experiment.obs.stored_cells(),
+            Some(_) => self
+                .experiment
+                .obs
+                .stored_cells()
+                .map_err(io::Error::other)?,
         };
         for (part, members, rows, along, count) in [
             ("obsm", &m.obsm, obs, only, all_cells),
@@ -141,7 +145,7 @@ impl H5adFile {
         ] {
             let group = h5ad::mapping(root, part)?;
             for member in members {
-                let width = anndata::matrix_width(&member.array, count) as usize;
+                let width = anndata::matrix_width(&member.array, count)? as usize;
                 let axes = (rows, Axis::Indices(width));
                 let name = file_name(&member.name);
                 write_matrix(&group, &name, &member.array, along, axes, Layout::Dense)?;
@@ -326,7 +330,7 @@ fn write_matrix(
     let mut matrix = if dense {
         Matrix::Dense(DenseWriter::create(parent, name, shape, &value_type)?)
     } else {
-        let expected = array.stored_cells();
+        let expected = array.stored_cells().map_err(io::Error::other)?;
         Matrix::Csr(CsrWriter::create(
             parent,
             name,

@@ -53,17 +53,19 @@ impl TableFile {
     }
 
     /// About how many bytes the file comes to.
-    fn estimated_bytes(&self) -> u64 {
+    fn estimated_bytes(&self) -> FsResult<u64> {
         let array = self.table.array();
-        estimated_cells(array, &self.table.selection)
-            .saturating_mul(self.format.estimated_row_bytes(&array.schema.arrow()))
+        let cells = estimated_cells(array, &self.table.selection)
+            .map_err(|e| FsError::io(self.what(), e))?;
+        Ok(cells.saturating_mul(self.format.estimated_row_bytes(&array.schema.arrow())))
     }
 
-    /// Whether opening generates it whole first (see the module's notes).
-    fn generated_whole_on_open(&self, cx: &FileContext) -> bool {
+    /// Whether opening a file of about `estimated_bytes` generates it whole first (see the
+    /// module's notes).
+    fn generated_whole_on_open(&self, cx: &FileContext, estimated_bytes: u64) -> bool {
         self.format == TableFormat::Parquet
             || cx.options.exact_sizes
-            || self.estimated_bytes() < cx.options.materialize_limit
+            || estimated_bytes < cx.options.materialize_limit
     }
 
     /// What the file is, for log lines.
@@ -95,8 +97,9 @@ impl FileKind for TableFile {
             return Ok(OpenFile::Cached(file));
         }
         let what = self.what();
-        activity::expect_bytes(self.estimated_bytes());
-        if self.generated_whole_on_open(cx) {
+        let estimated_bytes = self.estimated_bytes()?;
+        activity::expect_bytes(estimated_bytes);
+        if self.generated_whole_on_open(cx, estimated_bytes) {
             self.generate(cx)?;
             return open_generated(cache, &self.key, &what);
         }
@@ -119,11 +122,15 @@ impl FileKind for TableFile {
     /// Every table with `--exact-sizes`; without, an array's whole-array files estimated
     /// below `--materialize-limit`, which tools that size from `stat` (`fread`, `tar`,
     /// `rsync`) read most. Never a slice or a category: `ls -l slices/` would generate every
-    /// chunk.
+    /// chunk. A whole-array file whose size cannot be estimated is generated too, so that
+    /// the `stat` reports the read's error rather than a size of 0.
     fn generated_on_stat(&self, cx: &FileContext) -> bool {
         cx.options.exact_sizes
             || (self.table.selection == Selection::default()
-                && self.estimated_bytes() < cx.options.materialize_limit)
+                && match self.estimated_bytes() {
+                    Ok(bytes) => bytes < cx.options.materialize_limit,
+                    Err(_) => true,
+                })
     }
 
     fn generate(&self, cx: &FileContext) -> FsResult<()> {

@@ -442,7 +442,7 @@ impl CsrSource {
     fn new(matrix: MatrixSource, origin: Arc<Origin>) -> io::Result<CsrSource> {
         let (rows, _) = matrix.axes();
         let place = |joinid: i64| rows.at(joinid);
-        let told = anndata::row_blocks(&matrix.array, matrix.axes()).and_then(|blocks| {
+        let told = anndata::row_blocks(&matrix.array, matrix.axes())?.and_then(|blocks| {
             let mut before = 0;
             blocks
                 .into_iter()
@@ -1111,14 +1111,14 @@ impl Builder<'_> {
         &self,
         path: &str,
         members: &[Named],
-        source: impl Fn(&Named) -> MatrixSource,
+        source: impl Fn(&Named) -> io::Result<MatrixSource>,
         layout: Layout,
     ) -> io::Result<ZarrNode> {
         let members = members
             .iter()
             .map(|member| {
                 let name = file_name(&member.name);
-                let matrix = self.matrix(&format!("{path}/{name}"), source(member), layout)?;
+                let matrix = self.matrix(&format!("{path}/{name}"), source(member)?, layout)?;
                 Ok((name, matrix))
             })
             .collect::<io::Result<Vec<_>>>()?;
@@ -1225,7 +1225,7 @@ fn build(origin: &Arc<Origin>) -> io::Result<ZarrGroup> {
     let genes = || Columns::Rows(var.clone());
     let x_source = along(&x.array, &obs, genes());
     members.push(("X".into(), b.matrix("X", x_source, Layout::AsStored)?));
-    let layer = |n: &Named| along(&n.array, &obs, genes());
+    let layer = |n: &Named| Ok(along(&n.array, &obs, genes()));
     members.push((
         "layers".into(),
         b.matrices("layers", others, layer, Layout::AsStored)?,
@@ -1234,13 +1234,13 @@ fn build(origin: &Arc<Origin>) -> io::Result<ZarrGroup> {
     for (part, named, rows) in [("obsm", &m.obsm, &obs), ("varm", &m.varm, &var)] {
         let count = rows.joinids().len() as u64;
         let source = |n: &Named| {
-            let width = anndata::matrix_width(&n.array, count) as usize;
-            along(&n.array, rows, Columns::Indices(width))
+            let width = anndata::matrix_width(&n.array, count)? as usize;
+            Ok(along(&n.array, rows, Columns::Indices(width)))
         };
         members.push((part.into(), b.matrices(part, named, source, Layout::Dense)?));
     }
     for (part, named, rows) in [("obsp", &m.obsp, &obs), ("varp", &m.varp, &var)] {
-        let source = |n: &Named| along(&n.array, rows, Columns::Rows(rows.clone()));
+        let source = |n: &Named| Ok(along(&n.array, rows, Columns::Rows(rows.clone())));
         members.push((
             part.into(),
             b.matrices(part, named, source, Layout::Sparse)?,
