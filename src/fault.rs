@@ -1,15 +1,12 @@
 //! Faults that tests inject into a running daemon: to see that a failure inside a generation
-//! reaches its readers as an error and leaves nothing behind, and to hold the daemon at a
-//! point while the test changes the store under it.
+//! reaches its readers as an error and leaves nothing behind.
 //!
 //! `SOMA_MOUNT_FAULT=<point>:<n>` in the daemon's environment makes the `n`-th pass (from 1)
-//! through the named point panic, once. `SOMA_MOUNT_PAUSE=<point>:<ms>` makes every pass
-//! through it sleep that long. The points are listed in [`Point`]. Without the variables
-//! every point is two loads of an initialised `OnceLock`.
+//! through the named point panic, once. The points are listed in [`Point`]. Without the
+//! variable every point is a load of an initialised `OnceLock`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 /// The places a fault can be injected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,8 +17,6 @@ pub enum Point {
     Encode,
     /// A generator thread streaming a file, before it commits the file to the cache.
     Commit,
-    /// Loading an open array's fragment list, before it is loaded.
-    FragmentList,
 }
 
 impl Point {
@@ -30,21 +25,15 @@ impl Point {
             Point::Read => "read",
             Point::Encode => "encode",
             Point::Commit => "commit",
-            Point::FragmentList => "fragments",
         }
     }
 
     /// The point a variable's `<point>:<value>` names, and the value.
     fn parse(spec: &str) -> Option<(Point, u64)> {
         let (name, value) = spec.split_once(':')?;
-        let point = [
-            Point::Read,
-            Point::Encode,
-            Point::Commit,
-            Point::FragmentList,
-        ]
-        .into_iter()
-        .find(|p| p.name() == name)?;
+        let point = [Point::Read, Point::Encode, Point::Commit]
+            .into_iter()
+            .find(|p| p.name() == name)?;
         Some((point, value.parse().ok()?))
     }
 }
@@ -73,28 +62,8 @@ fn configured() -> Option<&'static Fault> {
         .as_ref()
 }
 
-/// The configured pause: its point and how long each pass through it sleeps.
-fn configured_pause() -> Option<&'static (Point, Duration)> {
-    static PAUSE: OnceLock<Option<(Point, Duration)>> = OnceLock::new();
-    PAUSE
-        .get_or_init(|| {
-            let (point, ms) = Point::parse(&std::env::var("SOMA_MOUNT_PAUSE").ok()?)?;
-            log::warn!(
-                "fault injection: every pass through {} sleeps {ms} ms",
-                point.name()
-            );
-            Some((point, Duration::from_millis(ms)))
-        })
-        .as_ref()
-}
-
-/// A pass through `point`: sleeps if the environment asks for a pause there, and panics if
-/// this is the pass it asked to fail.
+/// A pass through `point`: panics if this is the pass the environment asked to fail.
 pub fn pass(point: Point) {
-    if let Some((_, pause)) = configured_pause().filter(|(p, _)| *p == point) {
-        log::info!("fault injection: pausing {pause:?} at {}", point.name());
-        std::thread::sleep(*pause);
-    }
     let Some(fault) = configured().filter(|f| f.point == point) else {
         return;
     };

@@ -142,7 +142,6 @@ fn dataframe(uri: &str, fragment: &str) -> SomaObject {
     let fragments = vec![Fragment {
         uri: fragment.to_owned(),
         cell_num: 100,
-        timestamp_range: (1, 1),
         first_dimension: Some((Value::Int(0), Value::Int(99))),
     }];
     SomaObject::Array(Arc::new(ArrayObject::described(

@@ -110,7 +110,7 @@ pub struct ArrayObject {
     pub non_empty_domain: Vec<Option<tiledb::Bounds>>,
     /// libtiledb's estimate of a sparse array's stored cells, made with the open (see
     /// `Store::open_array`); `None` for a dense array, or one only described.
-    pub stored_cells_estimate: Option<u64>,
+    pub stored_cells_estimate: Option<tiledb::CellEstimate>,
     /// The fragments the open reads: what every read of the snapshot sees.
     fragments: Fragments,
     /// The mount's `--timestamp`, if any.
@@ -205,10 +205,29 @@ impl ArrayObject {
         let handle = self
             .handle()
             .map_err(|e| tiledb::Error::new(e.to_string()))?;
-        crate::fault::pass(crate::fault::Point::FragmentList);
         let first_dimension = handle.schema()?.info()?.dimensions.into_iter().next();
-        // The list may hold fragments committed since the open: they are not the snapshot's.
         let names = &self.fragments.names;
+        // A snapshot of one fragment is described by the open alone: its cells are the
+        // open's exact estimate, its range the non-empty domain.
+        if let ([name], Some(estimate)) = (
+            names.as_slice(),
+            self.stored_cells_estimate.filter(|e| e.exact),
+        ) {
+            let fixed_size = first_dimension
+                .as_ref()
+                .is_some_and(|d| d.cell_val_num != tiledb::VAR_NUM);
+            return Ok(Arc::from([Fragment {
+                uri: format!("{}/__fragments/{name}", self.uri.trim_end_matches('/')),
+                cell_num: estimate.cells,
+                first_dimension: self
+                    .non_empty_domain
+                    .first()
+                    .cloned()
+                    .flatten()
+                    .filter(|_| fixed_size),
+            }]));
+        }
+        // The list may hold fragments committed since the open: they are not the snapshot's.
         let fragments: Arc<[Fragment]> = FragmentInfo::load(handle.context(), &self.uri)?
             .fragments(first_dimension.as_ref())?
             .into_iter()
@@ -240,10 +259,14 @@ impl ArrayObject {
     /// The number of stored cells.
     ///
     /// Sparse: the fragments' cell counts added up (tiledbsoma never writes the same
-    /// coordinates twice into a SOMA array, so fragments do not overlap). Dense fragments
+    /// coordinates twice into a SOMA array, so fragments do not overlap): the open's estimate
+    /// of the whole array where it is exact, else from the fragment list. Dense fragments
     /// count whole tiles, so a dense array's count is the cells of its non-empty domain.
     pub fn stored_cells(&self) -> tiledb::Result<u64> {
         if !self.schema.dense {
+            if let Some(estimate) = self.stored_cells_estimate.filter(|e| e.exact) {
+                return Ok(estimate.cells);
+            }
             return Ok(self.fragments()?.iter().map(|f| f.cell_num).sum());
         }
         Ok(self.dense_cells())

@@ -150,7 +150,7 @@ fn spans(array: &ArrayObject) -> super::Result<Option<Vec<(i128, i128, f64)>>> {
     let mut spans = Vec::new();
     for k in 0..parts {
         let (a, b) = (lo + rows * k / parts, lo + rows * (k + 1) / parts - 1);
-        let cells = tiledb::estimated_cells(&handle, &[vec![(bound(a), bound(b))]])?;
+        let cells = tiledb::estimated_cells(&handle, &[vec![(bound(a), bound(b))]])?.cells;
         if cells > 0 {
             spans.push((a, b, cells as f64));
         }
@@ -182,14 +182,14 @@ pub fn estimated_cells(array: &ArrayObject, selection: &Selection) -> super::Res
                 false => Vec::new(),
             })
             .collect();
-        if let (true, Some(cells)) = (
+        if let (true, Some(estimate)) = (
             ranges.iter().all(Vec::is_empty),
             array.stored_cells_estimate,
         ) {
-            return Ok(cells);
+            return Ok(estimate.cells);
         }
         let handle = array.handle()?;
-        return Ok(tiledb::estimated_cells(&handle, &ranges)?);
+        return Ok(tiledb::estimated_cells(&handle, &ranges)?.cells);
     }
     let all = array.stored_cells()? as f64;
     let mut estimate = all;

@@ -123,7 +123,6 @@ pub struct EnumerationInfo {
 pub struct Fragment {
     pub uri: String,
     pub cell_num: u64,
-    pub timestamp_range: (u64, u64),
     /// The range of the first dimension the fragment's cells cover (fixed-size dimensions).
     pub first_dimension: Option<Bounds>,
 }
@@ -741,7 +740,6 @@ impl FragmentInfo {
         (0..num)
             .map(|fid| {
                 let (mut uri, mut cell_num) = (ptr::null(), 0u64);
-                let (mut start, mut end) = (0u64, 0u64);
                 // SAFETY: `self.raw` is the loaded fragment info and `fid` below its fragment
                 // count; each call writes to locals. The URI is owned by the fragment info.
                 unsafe {
@@ -752,12 +750,6 @@ impl FragmentInfo {
                     tiledb_call!(
                         ctx,
                         tiledb_fragment_info_get_cell_num(self.raw, fid, &mut cell_num)
-                    )?;
-                    tiledb_call!(
-                        ctx,
-                        tiledb_fragment_info_get_timestamp_range(
-                            self.raw, fid, &mut start, &mut end
-                        )
                     )?;
                 }
                 let first_dimension = match first_dimension {
@@ -786,7 +778,6 @@ impl FragmentInfo {
                     // SAFETY: the URI is a NUL-terminated string owned by the loaded info.
                     uri: unsafe { copy_c_str(uri) },
                     cell_num,
-                    timestamp_range: (start, end),
                     first_dimension,
                 })
             })

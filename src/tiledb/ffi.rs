@@ -472,13 +472,6 @@ extern "C" {
         did: u32,
         domain: *mut c_void,
     ) -> capi_return_t;
-    pub fn tiledb_fragment_info_get_timestamp_range(
-        ctx: *mut tiledb_ctx_t,
-        fragment_info: *mut tiledb_fragment_info_t,
-        fid: u32,
-        start: *mut u64,
-        end: *mut u64,
-    ) -> capi_return_t;
 }
 
 extern "C" {

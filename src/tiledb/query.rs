@@ -552,24 +552,58 @@ impl Query {
     }
 }
 
+/// An estimate of the cells of a read: how many, and whether exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellEstimate {
+    pub cells: u64,
+    /// The read selects whole data tiles only (no ranges) and the cells were counted on a
+    /// fixed-size column: the count is the fragments' cell count, exactly.
+    pub exact: bool,
+}
+
 /// About how many cells of `array` lie in `ranges` (one list per dimension, empty for all
 /// of it), as libtiledb estimates a read of them: for a sparse array, from the bounding
-/// boxes of the data tiles that each fragment's R-tree holds, whole tiles counted exactly
-/// and tiles the ranges cut counted by the share of their box inside. Loading the R-trees
-/// is what a read over the ranges would do first; the open array keeps them for it.
-pub fn estimated_cells(array: &Array, ranges: &[Vec<(Value, Value)>]) -> Result<u64> {
+/// boxes of the data tiles that each fragment's R-tree holds, tiles the ranges cut counted
+/// by the share of their box inside, and whole tiles by their cells as their fragment's
+/// metadata counts them (`FragmentMetadata::tile_size`, the count the fragment list adds
+/// up too). Loading the R-trees is what a read over the ranges would do first; the open
+/// array keeps them for it.
+///
+/// Counted on the first fixed-size dimension, else the first fixed-size attribute that is
+/// not nullable (libtiledb estimates nullable ones apart), else the offsets of the first
+/// dimension, which libtiledb counts one short per tile.
+pub fn estimated_cells(array: &Array, ranges: &[Vec<(Value, Value)>]) -> Result<CellEstimate> {
     let query = Query::over(array, Layout::Unordered, ranges)?;
-    let dimensions = array.schema()?.info()?.dimensions;
-    let first = dimensions
+    let info = array.schema()?.info()?;
+    let fixed = info
+        .dimensions
+        .iter()
+        .map(|d| (&d.name, d.datatype, d.cell_val_num))
+        .chain(
+            info.attributes
+                .iter()
+                .filter(|a| !a.nullable)
+                .map(|a| (&a.name, a.datatype, a.cell_val_num)),
+        )
+        .find(|&(_, _, cell_val_num)| cell_val_num != VAR_NUM);
+    let whole = ranges.iter().all(Vec::is_empty);
+    if let Some((name, datatype, cell_val_num)) = fixed {
+        let cell_bytes = datatype.size() as u64 * u64::from(cell_val_num.max(1));
+        return Ok(CellEstimate {
+            cells: query.estimated_bytes(name)? / cell_bytes.max(1),
+            exact: whole,
+        });
+    }
+    let first = info
+        .dimensions
         .first()
         .ok_or_else(|| Error::new("an array without dimensions"))?;
-    if first.cell_val_num == VAR_NUM {
-        // One 64-bit offset per cell.
-        let (offsets, _) = query.estimated_var_bytes(&first.name)?;
-        return Ok(offsets / 8);
-    }
-    let cell_bytes = first.datatype.size() as u64 * u64::from(first.cell_val_num.max(1));
-    Ok(query.estimated_bytes(&first.name)? / cell_bytes.max(1))
+    // One 64-bit offset per cell.
+    let (offsets, _) = query.estimated_var_bytes(&first.name)?;
+    Ok(CellEstimate {
+        cells: offsets / 8,
+        exact: false,
+    })
 }
 
 impl Subarray {

@@ -1111,17 +1111,18 @@ impl Builder<'_> {
         &self,
         path: &str,
         members: &[Named],
-        source: impl Fn(&Named) -> io::Result<MatrixSource>,
+        source: impl Fn(&Named) -> io::Result<MatrixSource> + Sync,
         layout: Layout,
     ) -> io::Result<ZarrNode> {
-        let members = members
-            .iter()
-            .map(|member| {
-                let name = file_name(&member.name);
-                let matrix = self.matrix(&format!("{path}/{name}"), source(member)?, layout)?;
-                Ok((name, matrix))
-            })
-            .collect::<io::Result<Vec<_>>>()?;
+        // At once: a sparse matrix's entries may be counted from its fragment list, a few
+        // round trips of its own.
+        let members = map_at_once(members, anndata::AT_ONCE, |member| {
+            let name = file_name(&member.name);
+            let matrix = self.matrix(&format!("{path}/{name}"), source(member)?, layout)?;
+            Ok((name, matrix))
+        })
+        .into_iter()
+        .collect::<io::Result<Vec<_>>>()?;
         Ok(group(encoding_attrs(Encoding::Dict), members))
     }
 
@@ -1182,75 +1183,17 @@ fn group(attrs: Map<String, Json>, members: Vec<(String, ZarrNode)>) -> ZarrNode
 
 /// Makes the whole tree of a store, and its consolidated metadata.
 fn build(origin: &Arc<Origin>) -> io::Result<ZarrGroup> {
-    let experiment = &origin.experiment;
-    let m = &*origin.measurement;
     let b = Builder { origin };
-    let (obs_rows, var_rows) = at_once(
-        || anndata::scan_rows(&experiment.obs, &None),
-        || anndata::scan_rows(&m.var, &None),
+    // uns is read while obs's and var's rows are, and the matrices made from them.
+    let (members, uns) = at_once(
+        || frames_and_matrices(&b),
+        || match &origin.measurement.uns {
+            Some(collection) => b.uns("uns", collection),
+            None => Ok(group(encoding_attrs(Encoding::Dict), Vec::new())),
+        },
     );
-    let (mut obs_rows, mut var_rows) = (obs_rows?, var_rows?);
-    let obs = AxisRows::new(&experiment.obs, &mut obs_rows);
-    let var = AxisRows::new(&m.var, &mut var_rows);
-    let lazy_frame = |frame: &Arc<ArrayObject>, rows: &Arc<AxisRows>| {
-        Arc::new(FrameSource {
-            frame: frame.clone(),
-            rows: FrameRowsAt::Array(rows.clone()),
-        })
-    };
-    let mut members: Vec<(String, ZarrNode)> = Vec::new();
-    let obs_frame = lazy_frame(&experiment.obs, &obs);
-    let obs_index = frame_index(&experiment.obs, "obs_id");
-    members.push((
-        "obs".into(),
-        b.frame("obs", obs_frame, &obs_rows, obs_index)?,
-    ));
-    let var_frame = lazy_frame(&m.var, &var);
-    let var_index = frame_index(&m.var, "var_id");
-    members.push((
-        "var".into(),
-        b.frame("var", var_frame, &var_rows, var_index)?,
-    ));
-
-    let along = |array: &Arc<ArrayObject>, rows: &Arc<AxisRows>, cols: Columns| MatrixSource {
-        array: array.clone(),
-        rows: rows.clone(),
-        cols,
-        value_type: DataType::Null,
-    };
-    let (x, others) = m
-        .layers
-        .split_first()
-        .ok_or_else(|| io::Error::other("a measurement without layers"))?;
-    let genes = || Columns::Rows(var.clone());
-    let x_source = along(&x.array, &obs, genes());
-    members.push(("X".into(), b.matrix("X", x_source, Layout::AsStored)?));
-    let layer = |n: &Named| Ok(along(&n.array, &obs, genes()));
-    members.push((
-        "layers".into(),
-        b.matrices("layers", others, layer, Layout::AsStored)?,
-    ));
-    // obsm and varm are dense, as to_anndata reads them.
-    for (part, named, rows) in [("obsm", &m.obsm, &obs), ("varm", &m.varm, &var)] {
-        let count = rows.joinids().len() as u64;
-        let source = |n: &Named| {
-            let width = anndata::matrix_width(&n.array, count)? as usize;
-            Ok(along(&n.array, rows, Columns::Indices(width)))
-        };
-        members.push((part.into(), b.matrices(part, named, source, Layout::Dense)?));
-    }
-    for (part, named, rows) in [("obsp", &m.obsp, &obs), ("varp", &m.varp, &var)] {
-        let source = |n: &Named| Ok(along(&n.array, rows, Columns::Rows(rows.clone())));
-        members.push((
-            part.into(),
-            b.matrices(part, named, source, Layout::Sparse)?,
-        ));
-    }
-    let uns = match &m.uns {
-        Some(collection) => b.uns("uns", collection)?,
-        None => group(encoding_attrs(Encoding::Dict), Vec::new()),
-    };
-    members.push(("uns".into(), uns));
+    let mut members = members?;
+    members.push(("uns".into(), uns?));
 
     let attrs = encoding_attrs(Encoding::AnnData);
     let mut metadata = Map::new();
@@ -1265,6 +1208,77 @@ fn build(origin: &Arc<Origin>) -> io::Result<ZarrGroup> {
         members,
         consolidated: Some(consolidated),
     })
+}
+
+/// obs, var, X, layers, obsm, varm, obsp and varp: the rows of obs and var first, then every
+/// matrix at once.
+fn frames_and_matrices(b: &Builder) -> io::Result<Vec<(String, ZarrNode)>> {
+    let experiment = &b.origin.experiment;
+    let m = &*b.origin.measurement;
+    let (obs_rows, var_rows) = at_once(
+        || anndata::scan_rows(&experiment.obs, &None),
+        || anndata::scan_rows(&m.var, &None),
+    );
+    let (mut obs_rows, mut var_rows) = (obs_rows?, var_rows?);
+    let obs = AxisRows::new(&experiment.obs, &mut obs_rows);
+    let var = AxisRows::new(&m.var, &mut var_rows);
+    let lazy_frame = |frame: &Arc<ArrayObject>, rows: &Arc<AxisRows>| {
+        Arc::new(FrameSource {
+            frame: frame.clone(),
+            rows: FrameRowsAt::Array(rows.clone()),
+        })
+    };
+    let obs_index = frame_index(&experiment.obs, "obs_id");
+    let obs_frame = b.frame(
+        "obs",
+        lazy_frame(&experiment.obs, &obs),
+        &obs_rows,
+        obs_index,
+    )?;
+    let var_index = frame_index(&m.var, "var_id");
+    let var_frame = b.frame("var", lazy_frame(&m.var, &var), &var_rows, var_index)?;
+
+    let along = |array: &Arc<ArrayObject>, rows: &Arc<AxisRows>, cols: Columns| MatrixSource {
+        array: array.clone(),
+        rows: rows.clone(),
+        cols,
+        value_type: DataType::Null,
+    };
+    let (x, others) = m
+        .layers
+        .split_first()
+        .ok_or_else(|| io::Error::other("a measurement without layers"))?;
+    let genes = || Columns::Rows(var.clone());
+    // obsm and varm are dense, as to_anndata reads them.
+    let dense = |part: &str, named: &[Named], rows: &Arc<AxisRows>| {
+        let count = rows.joinids().len() as u64;
+        let source = |n: &Named| {
+            let width = anndata::matrix_width(&n.array, count)? as usize;
+            Ok(along(&n.array, rows, Columns::Indices(width)))
+        };
+        b.matrices(part, named, source, Layout::Dense)
+    };
+    let sparse = |part: &str, named: &[Named], rows: &Arc<AxisRows>| {
+        let source = |n: &Named| Ok(along(&n.array, rows, Columns::Rows(rows.clone())));
+        b.matrices(part, named, source, Layout::Sparse)
+    };
+    let parts = ["X", "layers", "obsm", "varm", "obsp", "varp"];
+    let matrices = map_at_once(&parts, parts.len(), |&part| match part {
+        "X" => b.matrix("X", along(&x.array, &obs, genes()), Layout::AsStored),
+        "layers" => {
+            let layer = |n: &Named| Ok(along(&n.array, &obs, genes()));
+            b.matrices("layers", others, layer, Layout::AsStored)
+        }
+        "obsm" => dense("obsm", &m.obsm, &obs),
+        "varm" => dense("varm", &m.varm, &var),
+        "obsp" => sparse("obsp", &m.obsp, &obs),
+        _ => sparse("varp", &m.varp, &var),
+    });
+    let mut members = vec![("obs".to_owned(), obs_frame), ("var".to_owned(), var_frame)];
+    for (part, matrix) in parts.into_iter().zip(matrices) {
+        members.push((part.to_owned(), matrix?));
+    }
+    Ok(members)
 }
 
 /// Adds the metadata of `node` at `path`, and of everything under it.
