@@ -39,7 +39,7 @@ use arrow_ord::sort::{lexsort_to_indices, SortColumn};
 use arrow_schema::{DataType, SchemaRef};
 
 use crate::tiledb::{
-    self, Array, BatchSizing, ColumnData, ColumnSpec, EnumerationInfo, Layout, Order,
+    self, Array, Batch, BatchSizing, ColumnData, ColumnSpec, EnumerationInfo, Layout, Order,
     QueryCondition, ReadQuery, TileUnit, Value,
 };
 
@@ -64,8 +64,11 @@ pub struct Selection {
 pub const BATCH_BYTES: usize = 8 << 20;
 
 /// A stream of record batches: one read query, or for band-sorted reads a sequence of
-/// queries over consecutive runs of bands of the first dimension (the first run is one band,
-/// so the first rows come at once; later runs hold about `CELLS_PER_QUERY` cells).
+/// queries over consecutive runs of bands of the first dimension (the first run is a few
+/// rows, so the first rows come at once; later runs hold about `CELLS_PER_QUERY` cells).
+/// Once a run has its first batch, the first batches of the next [`RUNS_AHEAD`] runs are read
+/// on threads of their own ([`NextRun`]) while it is handed out: over a network, their round
+/// trips overlap it, and none delays the first rows of the read.
 pub struct BatchReader {
     array: Arc<Array>,
     specs: Vec<ColumnSpec>,
@@ -81,6 +84,10 @@ pub struct BatchReader {
     /// The runs of the first dimension still to read (inclusive), when reading in runs.
     runs: VecDeque<(i128, i128)>,
     query: Option<ReadQuery>,
+    /// The current query's first batch, when it was read ahead.
+    first_batch: Option<Option<Batch>>,
+    /// The next runs (at most [`RUNS_AHEAD`]), each reading its first batch.
+    next_runs: VecDeque<NextRun>,
     schema: SchemaRef,
     columns: Vec<Column>,
     /// Per enumerated column, its labels as an Arrow array (shared by every batch).
@@ -108,9 +115,13 @@ pub fn reader_memory(batch_bytes: usize, sorted_bytes: Option<u64>) -> u64 {
 
 /// What a reader and the encoder it feeds hold, in batches: the query's buffers, the batch
 /// handed over (to [`ReadAhead`]), the one being encoded, its text, and libtiledb's tiles
-/// behind the query. Measured: a CSV reader of a big sparse array raised the daemon's
-/// resident size by 36-50 MiB with 8 MiB batches.
-const READER_BATCHES: u64 = 6;
+/// behind the query; and the next run's query with its first batch. Measured: a CSV reader
+/// of a big sparse array raised the daemon's resident size by 36-50 MiB with 8 MiB batches
+/// and one query at a time.
+const READER_BATCHES: u64 = 8;
+
+/// Runs of a band-sorted read whose first batch is read while an earlier run is handed out.
+const RUNS_AHEAD: usize = 2;
 
 /// Cells a query of a band-sorted read aims for (its runs of bands are sized to it).
 const CELLS_PER_QUERY: u64 = 4 << 20;
@@ -469,6 +480,8 @@ impl BatchReader {
             unit,
             runs,
             query: None,
+            first_batch: None,
+            next_runs: VecDeque::new(),
             schema: array.schema.arrow_of(&columns),
             columns,
             labels,
@@ -484,13 +497,14 @@ impl BatchReader {
             reader.runs = VecDeque::from([(1, 0)]);
             reader.expected_rows = Some(0);
         } else if reader.runs.is_empty() {
-            reader.query = Some(reader.new_query(None)?);
+            reader.query = Some(reader.new_query(None, true)?);
         }
         Ok(reader)
     }
 
-    /// A query over the reader's ranges, with dimension 0 narrowed to `run` when given.
-    fn new_query(&self, run: Option<(i128, i128)>) -> Result<ReadQuery> {
+    /// A query over the reader's ranges, with dimension 0 narrowed to `run` when given;
+    /// its batches `start_small` when its consumer waits for its first rows.
+    fn new_query(&self, run: Option<(i128, i128)>, start_small: bool) -> Result<ReadQuery> {
         let mut ranges = self.ranges.clone();
         let mut expected_cells = self.expected_cells;
         if let Some((lo, hi)) = run {
@@ -510,6 +524,7 @@ impl BatchReader {
             bytes: self.batch_bytes,
             expected_cells,
             unit: self.unit,
+            starts_small: start_small,
         };
         Ok(ReadQuery::new(
             self.array.clone(),
@@ -585,16 +600,29 @@ impl BatchReader {
 
     /// The next batch as libtiledb returns it, moving on to the next run when a query ends.
     fn next_query_batch(&mut self) -> Result<Step> {
-        if self.query.is_none() {
-            match self.runs.pop_front() {
-                Some(run) if run.0 <= run.1 => self.query = Some(self.new_query(Some(run))?),
-                _ => return Ok(Step::End),
-            }
+        if self.query.is_none() && !self.start_run()? {
+            return Ok(Step::End);
         }
-        let query = self.query.as_mut().expect("a query was just made");
-        let Some(batch) = query.next_batch()? else {
+        let next = match self.first_batch.take() {
+            Some(first) => first,
+            None => self
+                .query
+                .as_mut()
+                .expect("a run was just started")
+                .next_batch()?,
+        };
+        // The runs after this one start once it has its first batch: they must not slow
+        // down the first rows of the read.
+        while self.next_runs.len() < RUNS_AHEAD {
+            let Some(run) = self.runs.pop_front().filter(|run| run.0 <= run.1) else {
+                break;
+            };
+            let query = self.new_query(Some(run), false)?;
+            self.next_runs.push_back(NextRun::start(query)?);
+        }
+        let Some(batch) = next else {
             self.query = None;
-            return Ok(if self.runs.is_empty() {
+            return Ok(if self.runs.is_empty() && self.next_runs.is_empty() {
                 Step::End
             } else {
                 Step::RunEnd
@@ -612,6 +640,60 @@ impl BatchReader {
             self.schema.clone(),
             arrays,
         )?))
+    }
+
+    /// Makes the next run's query the current one (`false` when no run is left), and starts
+    /// reading the runs after it.
+    fn start_run(&mut self) -> Result<bool> {
+        if let Some(next_run) = self.next_runs.pop_front() {
+            let (query, first) = next_run.join()?;
+            self.query = Some(query);
+            self.first_batch = Some(first);
+        } else {
+            match self.runs.pop_front() {
+                Some(run) if run.0 <= run.1 => self.query = Some(self.new_query(Some(run), true)?),
+                _ => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// A run's query reading its first batch on a thread of its own. Dropping it waits for
+/// that batch: no query outlives its reader.
+struct NextRun {
+    reading: Option<std::thread::JoinHandle<(ReadQuery, Result<Option<Batch>>)>>,
+}
+
+impl NextRun {
+    fn start(mut query: ReadQuery) -> std::io::Result<NextRun> {
+        let reading = std::thread::Builder::new()
+            .name("soma-read-next".into())
+            .spawn(move || {
+                let first = crate::sync::catch_panic(|| query.next_batch())
+                    .unwrap_or_else(|panic| Err(tiledb::Error::new(panic)));
+                (query, first.map_err(Error::from))
+            })?;
+        Ok(NextRun {
+            reading: Some(reading),
+        })
+    }
+
+    /// The query and its first batch (`None`: the run holds nothing).
+    fn join(mut self) -> Result<(ReadQuery, Option<Batch>)> {
+        let reading = self.reading.take().expect("joined once");
+        let (query, first) = reading
+            .join()
+            .map_err(|_| Error::invalid("the thread reading the next run died"))?;
+        Ok((query, first?))
+    }
+}
+
+impl Drop for NextRun {
+    fn drop(&mut self) {
+        if let Some(reading) = self.reading.take() {
+            let _ = reading.join();
+        }
     }
 }
 

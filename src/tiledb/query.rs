@@ -133,9 +133,11 @@ pub enum TileUnit {
 /// reads a whole sparse array written at once, or whole bands of a dense one, and batches
 /// at least a tile long otherwise.
 ///
-/// Sparse reads start with one tile and double (two, four…), so that short reads hold
-/// little; a first batch smaller than a tile would bring its first rows no sooner, since
-/// libtiledb decompresses the whole tile for it all the same. Dense reads do not grow:
+/// Sparse reads whose first rows someone waits for (`starts_small`) start with one tile and
+/// double (two, four…), so that short reads hold little; a first batch smaller than a tile
+/// would bring its first rows no sooner, since libtiledb decompresses the whole tile for it
+/// all the same. A query read ahead of its consumer starts full: each batch is a submission,
+/// and a submission a round trip for its tiles. Dense reads do not grow:
 /// libtiledb's dense reader keeps the cell count its first submission's buffers held for
 /// every later one (a read that started with 8,192 cells went on 8,000 at a time, six
 /// times slower than in whole bands), so a dense read's first batch is a full one.
@@ -148,6 +150,8 @@ pub struct BatchSizing {
     pub expected_cells: u64,
     /// What libtiledb decompresses at a time, when known.
     pub unit: Option<TileUnit>,
+    /// Whether a sparse read's batches start at one tile and double (see above).
+    pub starts_small: bool,
 }
 
 impl BatchSizing {
@@ -174,7 +178,8 @@ impl BatchSizing {
         let target = self.target_cells(row_bytes);
         let (tile, most_tiles) = match self.unit {
             None => return target,
-            Some(TileUnit::SparseTile(tile)) => (tile, 1 << batches.min(20)),
+            Some(TileUnit::SparseTile(tile)) if self.starts_small => (tile, 1 << batches.min(20)),
+            Some(TileUnit::SparseTile(tile)) => (tile, usize::MAX),
             Some(TileUnit::DenseBand(band)) => (band, usize::MAX),
         };
         let tile = tile.max(1) as usize;
@@ -766,6 +771,7 @@ mod tests {
             bytes: 8 * MIB,
             expected_cells,
             unit: Some(unit),
+            starts_small: true,
         }
     }
 
@@ -787,6 +793,16 @@ mod tests {
         // A batch cut short (its var-sized buffers filled) is followed by one that
         // finishes the tile it stopped in.
         assert_eq!(s.later_batch_cells(20, 750_000, 4), 350_000);
+    }
+
+    #[test]
+    fn a_sparse_read_read_ahead_starts_with_whole_tiles_of_the_target() {
+        let s = BatchSizing {
+            starts_small: false,
+            ..sizing(20_000_000, TileUnit::SparseTile(100_000))
+        };
+        assert_eq!(s.first_batch_cells(20), 400_000);
+        assert_eq!(s.later_batch_cells(20, 400_000, 1), 400_000);
     }
 
     #[test]
@@ -818,6 +834,7 @@ mod tests {
             bytes: 8 * MIB,
             expected_cells: 20_000_000,
             unit: None,
+            starts_small: true,
         };
         assert_eq!(s.first_batch_cells(4), 2 * MIB);
         assert_eq!(s.later_batch_cells(4, 2 * MIB as u64, 1), 2 * MIB);
