@@ -106,19 +106,24 @@ pub struct BatchReader {
     _memory: crate::budget::Permit,
 }
 
-/// The memory a reader takes from the budget: [`READER_BATCHES`] times `batch_bytes`, and
-/// for a read sorted in memory, everything it reads (`sorted_bytes`, estimated; at most
+/// The memory a reader takes from the budget: [`READER_BATCHES`] times `batch_bytes`, with
+/// [`NEXT_RUN_BATCHES`] more for each run it reads ahead when it reads `in_runs`, and for a
+/// read sorted in memory, everything it reads (`sorted_bytes`, estimated; at most
 /// [`IN_MEMORY_SORT_BYTES`]).
-pub fn reader_memory(batch_bytes: usize, sorted_bytes: Option<u64>) -> u64 {
-    READER_BATCHES * batch_bytes as u64 + sorted_bytes.unwrap_or(0)
+pub fn reader_memory(batch_bytes: usize, in_runs: bool, sorted_bytes: Option<u64>) -> u64 {
+    let runs_ahead = if in_runs { RUNS_AHEAD as u64 } else { 0 };
+    (READER_BATCHES + runs_ahead * NEXT_RUN_BATCHES) * batch_bytes as u64
+        + sorted_bytes.unwrap_or(0)
 }
 
 /// What a reader and the encoder it feeds hold, in batches: the query's buffers, the batch
 /// handed over (to [`ReadAhead`]), the one being encoded, its text, and libtiledb's tiles
-/// behind the query; and the next run's query with its first batch. Measured: a CSV reader
-/// of a big sparse array raised the daemon's resident size by 36-50 MiB with 8 MiB batches
-/// and one query at a time.
-const READER_BATCHES: u64 = 8;
+/// behind the query. Measured: a CSV reader of a big sparse array raised the daemon's
+/// resident size by 36-50 MiB with 8 MiB batches.
+const READER_BATCHES: u64 = 6;
+
+/// What a run read ahead holds, in batches: its first batch and its query's buffers.
+const NEXT_RUN_BATCHES: u64 = 2;
 
 /// Runs of a band-sorted read whose first batch is read while an earlier run is handed out.
 const RUNS_AHEAD: usize = 2;
@@ -394,6 +399,7 @@ impl BatchReader {
         }
         let memory = crate::budget::memory().take(reader_memory(
             batch_bytes,
+            matches!(plan, Plan::Bands { .. }),
             sort_in_memory.then_some(read_bytes),
         ));
         let mut condition = label_condition;
