@@ -1262,20 +1262,23 @@ fn frames_and_matrices(b: &Builder) -> io::Result<Vec<(String, ZarrNode)>> {
         let source = |n: &Named| Ok(along(&n.array, rows, Columns::Rows(rows.clone())));
         b.matrices(part, named, source, Layout::Sparse)
     };
-    let parts = ["X", "layers", "obsm", "varm", "obsp", "varp"];
-    let matrices = map_at_once(&parts, parts.len(), |&part| match part {
-        "X" => b.matrix("X", along(&x.array, &obs, genes()), Layout::AsStored),
-        "layers" => {
-            let layer = |n: &Named| Ok(along(&n.array, &obs, genes()));
+    type Make<'a> = &'a (dyn Fn() -> io::Result<ZarrNode> + Sync);
+    let layer = |n: &Named| Ok(along(&n.array, &obs, genes()));
+    let parts: [(&str, Make); 6] = [
+        ("X", &|| {
+            b.matrix("X", along(&x.array, &obs, genes()), Layout::AsStored)
+        }),
+        ("layers", &|| {
             b.matrices("layers", others, layer, Layout::AsStored)
-        }
-        "obsm" => dense("obsm", &m.obsm, &obs),
-        "varm" => dense("varm", &m.varm, &var),
-        "obsp" => sparse("obsp", &m.obsp, &obs),
-        _ => sparse("varp", &m.varp, &var),
-    });
+        }),
+        ("obsm", &|| dense("obsm", &m.obsm, &obs)),
+        ("varm", &|| dense("varm", &m.varm, &var)),
+        ("obsp", &|| sparse("obsp", &m.obsp, &obs)),
+        ("varp", &|| sparse("varp", &m.varp, &var)),
+    ];
+    let matrices = map_at_once(&parts, parts.len(), |(_, make)| make());
     let mut members = vec![("obs".to_owned(), obs_frame), ("var".to_owned(), var_frame)];
-    for (part, matrix) in parts.into_iter().zip(matrices) {
+    for ((part, _), matrix) in parts.into_iter().zip(matrices) {
         members.push((part.to_owned(), matrix?));
     }
     Ok(members)
