@@ -99,6 +99,22 @@ impl ColumnSpec {
     }
 }
 
+impl ColumnSpec {
+    /// Whether the encoding of this column depends on whether it holds a null (integers,
+    /// booleans and texts; not floats or categoricals): only such a column must be read
+    /// before its element can be laid out.
+    pub fn encoding_depends_on_nulls(&self) -> bool {
+        let with = |has_nulls| {
+            ColumnSpec {
+                has_nulls,
+                ..self.clone()
+            }
+            .encoding()
+        };
+        with(true) != with(false)
+    }
+}
+
 /// The smallest signed type that holds every code of `categories` categories, as pandas
 /// picks it.
 pub fn code_type(categories: usize) -> DataType {
@@ -160,4 +176,45 @@ pub fn is_text(data_type: &DataType) -> bool {
 /// Whether values of this type are stored as numbers of the same type.
 fn is_number(data_type: &DataType) -> bool {
     data_type.is_integer() || matches!(data_type, DataType::Float32 | DataType::Float64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(data_type: DataType) -> ColumnSpec {
+        ColumnSpec {
+            name: "c".into(),
+            data_type,
+            has_nulls: false,
+            categories: None,
+        }
+    }
+
+    #[test]
+    fn only_integers_booleans_and_texts_are_laid_out_by_their_nulls() {
+        // pandas reads integers with nulls as float64, booleans and strings with nulls as
+        // objects; floats' nulls are NaN and categoricals' are code -1 either way.
+        let dictionary =
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::LargeUtf8));
+        for (data_type, depends) in [
+            (DataType::Int64, true),
+            (DataType::UInt8, true),
+            (DataType::Boolean, true),
+            (DataType::LargeUtf8, true),
+            (
+                DataType::Timestamp(arrow_schema::TimeUnit::Second, None),
+                true,
+            ),
+            (DataType::Float32, false),
+            (DataType::Float64, false),
+            (dictionary, false),
+        ] {
+            assert_eq!(
+                spec(data_type.clone()).encoding_depends_on_nulls(),
+                depends,
+                "{data_type}"
+            );
+        }
+    }
 }

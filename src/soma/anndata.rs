@@ -402,26 +402,50 @@ pub type Category = Option<(String, Option<Value>)>;
 pub fn read_rows(
     frame: &ArrayObject,
     category: &Category,
-    mut visit: impl FnMut(&RecordBatch) -> std::io::Result<()>,
+    visit: impl FnMut(&RecordBatch) -> std::io::Result<()>,
 ) -> Result<()> {
     let selection = Selection {
         equals: category.clone(),
         ..Selection::default()
     };
-    let mut reader = ReadAhead::start(BatchReader::open(frame, &selection, BATCH_BYTES)?)?;
+    read_selected(frame, &selection, visit)
+}
+
+fn read_selected(
+    frame: &ArrayObject,
+    selection: &Selection,
+    mut visit: impl FnMut(&RecordBatch) -> std::io::Result<()>,
+) -> Result<()> {
+    let mut reader = ReadAhead::start(BatchReader::open(frame, selection, BATCH_BYTES)?)?;
     while let Some(batch) = reader.next_batch()? {
         visit(&batch)?;
     }
     Ok(())
 }
 
-/// The first pass over a data frame's rows (see [`FrameRows`]). The rows must come in join
-/// id order (they do when the frame is indexed by `soma_joinid`, as tiledbsoma writes obs
-/// and var): matrices are laid out by join id.
-pub fn scan_rows(frame: &ArrayObject, category: &Category) -> Result<FrameRows> {
+/// The first pass over a data frame's rows (see [`FrameRows`]): it reads their join ids and
+/// only the columns `null_checked` (whose nulls are looked for; no other column is found
+/// to hold one). The rows must come in join id order (they do when the frame is indexed by
+/// `soma_joinid`, as tiledbsoma writes obs and var): matrices are laid out by join id.
+pub fn scan_rows(
+    frame: &ArrayObject,
+    category: &Category,
+    null_checked: &[String],
+) -> Result<FrameRows> {
+    let selection = Selection {
+        equals: category.clone(),
+        columns: Some(
+            null_checked
+                .iter()
+                .cloned()
+                .chain(["soma_joinid".to_owned()])
+                .collect(),
+        ),
+        ..Selection::default()
+    };
     let mut rows = FrameRows::default();
     let mut in_order = Ok(());
-    read_rows(frame, category, |batch| {
+    read_selected(frame, &selection, |batch| {
         let ids = joinids(batch)?;
         let sorted = ids.windows(2).all(|w| w[0] < w[1])
             && rows

@@ -12,6 +12,13 @@ listing, 44 vs 44 for the file, with libtiledb 2.30): one more array opened, a s
 of one, or its fragment list loaded goes past them. They are not exact counts of
 libtiledb's requests.
 
+Listing a measurement's AnnData Zarr store (`ls -R anndata/RNA.zarr`, which opens the
+experiment's every member: `anndata/` lists each measurement) is counted against tiledbsoma
+opening every member and reading their metadata (303 vs 285 today). The store's layout
+needs a little more: each sparse array's R-trees (its cell count) and the obs and var
+columns whose nulls decide how they are encoded; the bound (1.15) fails a listing that
+reads whole data frames or uns arrays (about 55 more requests).
+
 Run: .venv/bin/python -m pytest tests/python/test_requests.py -q
 """
 
@@ -40,6 +47,7 @@ QUIET = 1.5
 SETTLE_TIMEOUT = 60.0
 LISTING_RATIO = 1.2
 FILE_RATIO = 1.1
+ZARR_LISTING_RATIO = 1.15
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +135,38 @@ def test_a_file_costs_at_most_a_margin_over_tiledbsoma(counted, mount):
     problems = probs.done()
     assert not problems, "\n".join(problems)
     assert requests <= FILE_RATIO * reference, summary
+
+
+def walk(obj) -> int:
+    """Opens every member under a SOMA object and reads its metadata; how many keys."""
+    n = len(dict(obj.metadata))
+    if obj.soma_type in ("SOMACollection", "SOMAExperiment", "SOMAMeasurement"):
+        for key in obj:
+            with obj[key] as member:
+                n += walk(member)
+    return n
+
+
+@pytest.mark.timeout(300)
+def test_listing_the_anndata_zarr_store_reads_only_what_lays_it_out(counted, mount):
+    _server, proxy, cfg = counted
+    proxy.reset()
+    with mount(f"s3://{BUCKET}/{STORE}", *config_args(cfg)) as mountpoint:
+        store = Path(mountpoint) / "anndata" / "RNA.zarr"
+        listed = sorted(str(p.relative_to(store)) for p in store.rglob("*"))
+        requests = settled_count(proxy)
+        kinds = proxy.summary()
+
+    def look(exp):
+        columns = [f.name for f in exp.obs.schema]
+        walk(exp)
+        return columns
+
+    reference, obs_columns = tiledbsoma_count(proxy, cfg, look)
+    summary = report("ls -R anndata/RNA.zarr", requests, kinds, reference)
+    print(summary)
+    for column in obs_columns:
+        if column not in ("soma_joinid", "obs_id"):
+            assert f"obs/{column}" in listed, (column, listed[:40])
+    assert "uns/bulk_labels_colors/.zarray" in listed, listed
+    assert requests <= ZARR_LISTING_RATIO * reference, summary

@@ -171,8 +171,8 @@ fn write_frame(
     category: &Category,
     id_column: &str,
 ) -> io::Result<FrameRows> {
-    let rows = anndata::scan_rows(frame, category)?;
     let index = frame_index(frame, id_column);
+    let rows = scan_frame(frame, category, &index)?;
     let mut writer = frame_writer(root, name, frame, &rows, index)?;
     anndata::read_rows(frame, category, |batch| writer.append(batch))?;
     writer.finish()?;
@@ -264,6 +264,29 @@ pub(super) fn frame_columns(
             Ok((spec, file_name(&c.name)))
         })
         .collect()
+}
+
+/// The first pass over a data frame's rows (those of `category`) that lays it out: their
+/// join ids, and which of the columns that [`frame_columns`] lays out by their nulls (those
+/// that can hold one and are encoded by whether they do) hold one. No other column is read.
+pub(super) fn scan_frame(
+    frame: &ArrayObject,
+    category: &Category,
+    index: &FrameIndex,
+) -> io::Result<FrameRows> {
+    let nullable = |name: &str| {
+        frame
+            .schema
+            .columns
+            .iter()
+            .any(|c| c.name == name && c.nullable)
+    };
+    let null_checked: Vec<String> = frame_columns(frame, &FrameRows::default(), index)?
+        .into_iter()
+        .filter(|(spec, _)| nullable(&spec.name) && spec.encoding_depends_on_nulls())
+        .map(|(spec, _)| spec.name)
+        .collect();
+    Ok(anndata::scan_rows(frame, category, &null_checked)?)
 }
 
 /// A writer of a data frame's rows (see [`frame_columns`]).
@@ -407,6 +430,61 @@ fn write_uns_array(group: &HdfGroup, key: &str, array: &ArrayObject) -> io::Resu
     }
 }
 
+/// The shape and value type of an uns array that [`uns_element`] makes an array of, as its
+/// schema and cell count tell without reading it: a dense array, or a data frame hinted as
+/// strings (one row per stored cell). `None` for what becomes a data frame.
+pub(super) fn uns_array_layout(array: &ArrayObject) -> io::Result<Option<(Vec<usize>, DataType)>> {
+    let column_type = |name: &str| {
+        let column = array.schema.columns.iter().find(|c| c.name == name);
+        column.map(|c| c.arrow_type.clone())
+    };
+    match array.soma_type {
+        SomaType::DenseNDArray => {
+            let Some(value) = array.schema.columns.iter().rfind(|c| !c.is_index) else {
+                return Ok(None);
+            };
+            let data_type = match &value.arrow_type {
+                DataType::Boolean => DataType::UInt8,
+                other => other.clone(),
+            };
+            Ok(Some((dense_shape(array), data_type)))
+        }
+        SomaType::SparseNDArray => Ok(None),
+        _ => {
+            let columns = match UnsFrame::of(array) {
+                UnsFrame::Strings1d => None,
+                UnsFrame::Strings2d => Some(strings_2d_columns(array).len()),
+                UnsFrame::Frame => return Ok(None),
+            };
+            let value_column = columns.map_or("values".to_owned(), |_| "values_0".to_owned());
+            let Some(data_type) = column_type(&value_column) else {
+                return Ok(None);
+            };
+            let rows = array.stored_cells().map_err(crate::soma::Error::from)? as usize;
+            let shape = match columns {
+                None => vec![rows],
+                Some(columns) => vec![rows, columns],
+            };
+            Ok(Some((shape, data_type)))
+        }
+    }
+}
+
+/// The shape of a dense uns array: its current domain.
+fn dense_shape(array: &ArrayObject) -> Vec<usize> {
+    (array.schema.shape.iter().flatten())
+        .map(|&n| n as usize)
+        .collect()
+}
+
+/// The columns of an uns data frame of strings in two dimensions: `values_0`, `values_1`, …
+fn strings_2d_columns(array: &ArrayObject) -> Vec<String> {
+    (0..)
+        .map(|i| format!("values_{i}"))
+        .take_while(|name| array.schema.columns.iter().any(|c| &c.name == name))
+        .collect()
+}
+
 /// An uns array: a dense array as an array of its shape; a sparse one as the data frame of
 /// its cells (`soma_dim_0`, `soma_dim_1`, …, `soma_data`); a data frame hinted as strings as
 /// an array of strings (one or two dimensions); any other data frame as a data frame.
@@ -435,10 +513,10 @@ pub(super) fn uns_element(array: &ArrayObject) -> io::Result<UnsElement> {
             if values.data_type() == &DataType::Boolean {
                 values = arrow_cast::cast(&values, &DataType::UInt8).map_err(io::Error::other)?;
             }
-            let shape: Vec<usize> = (array.schema.shape.iter().flatten())
-                .map(|&n| n as usize)
-                .collect();
-            Ok(UnsElement::Array { shape, values })
+            Ok(UnsElement::Array {
+                shape: dense_shape(array),
+                values,
+            })
         }
         SomaType::SparseNDArray => Ok(UnsElement::Frame {
             batches,
@@ -453,10 +531,9 @@ pub(super) fn uns_element(array: &ArrayObject) -> io::Result<UnsElement> {
                 })
             }
             UnsFrame::Strings2d => {
-                let columns = (0..)
-                    .map(|i| format!("values_{i}"))
-                    .take_while(|name| array.schema.columns.iter().any(|c| &c.name == name))
-                    .map(|name| column(&name))
+                let columns = strings_2d_columns(array)
+                    .iter()
+                    .map(|name| column(name))
                     .collect::<io::Result<Vec<_>>>()?;
                 let rows = columns.first().map_or(0, |c| c.len());
                 // Row by row: row i holds values_0[i], values_1[i], …

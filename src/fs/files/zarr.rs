@@ -12,11 +12,13 @@
 //! and padded); a chunk of text has size 0 until it is generated. Every chunk is generated
 //! whole into the cache when opened (a text chunk also by a `stat` with `--exact-sizes`).
 //!
-//! Making the metadata needs the rows of obs and var (their join ids, and which columns
-//! hold nulls) and each CSR matrix's number of entries (the length of `data` and
-//! `indices`), which the array's fragments tell when no two of them share a row and every
-//! cell is on obs and var ([`anndata::row_blocks`]): the usual store is listed without
-//! reading a matrix. Its rows then fall in blocks, one per fragment, whose entries are
+//! Making the metadata needs the rows of obs and var (their join ids, and whether the
+//! columns encoded by it hold a null: integers, booleans and texts; no other column is
+//! read), the shape of each uns array (from its schema and cell count: its values are read
+//! when a chunk is opened; an uns data frame is read whole) and each CSR matrix's number of
+//! entries (the length of `data` and `indices`), which the array's fragments tell when no
+//! two of them share a row and every cell is on obs and var ([`anndata::row_blocks`]): the
+//! usual store is listed without reading a matrix. Its rows then fall in blocks, one per fragment, whose entries are
 //! known; a block's entries per row (what `indptr` holds) are counted from the coordinates
 //! alone ([`anndata::row_counts`]) when a chunk first needs one of its rows or entries, once
 //! per array snapshot, and kept in the cache, so that a daemon started again on the same
@@ -53,8 +55,8 @@ use super::super::error::FsResult;
 use super::super::names::file_name;
 use super::super::open_file::OpenFile;
 use super::h5ad::{
-    frame_columns, frame_index, matrix_type, measurement_key, uns_element, uns_value, Layout,
-    UnsElement,
+    frame_columns, frame_index, matrix_type, measurement_key, scan_frame, uns_array_layout,
+    uns_element, uns_value, Layout, UnsElement,
 };
 use super::{FileContext, FileKind};
 
@@ -744,8 +746,10 @@ enum ColumnPart {
 /// Where an array's chunks come from.
 #[derive(Debug)]
 enum Content {
-    /// Values held whole (categories, uns), in C order.
+    /// Values held whole (categories, uns metadata), in C order.
     Values(ArrayRef),
+    /// An uns array's values, read whole when first needed.
+    Uns(Arc<UnsValues>),
     Column {
         frame: Arc<FrameSource>,
         column: String,
@@ -754,6 +758,36 @@ enum Content {
     Csr(Arc<CsrSource>, CsrPart),
     /// A dense matrix, cells not stored being 0.
     Dense(Arc<MatrixSource>),
+}
+
+/// An uns array laid out from its schema and cell count ([`uns_array_layout`]), its values
+/// read whole when a chunk first needs them and then held.
+#[derive(Debug)]
+struct UnsValues {
+    array: Arc<ArrayObject>,
+    /// The shape it was laid out with: the values read must fill it.
+    shape: Vec<usize>,
+    read: Mutex<Option<ArrayRef>>,
+}
+
+impl UnsValues {
+    fn values(&self) -> io::Result<ArrayRef> {
+        if let Some(values) = &*self.read.lock().recover() {
+            return Ok(values.clone());
+        }
+        let values = match uns_element(&self.array)? {
+            UnsElement::Array { shape, values } if shape == self.shape => values,
+            _ => {
+                return Err(io::Error::other(format!(
+                    "{}: read, it is not the array of shape {:?} its schema and cell count \
+                     told",
+                    self.array.uri, self.shape
+                )))
+            }
+        };
+        *self.read.lock().recover() = Some(values.clone());
+        Ok(values)
+    }
 }
 
 impl ZarrArray {
@@ -768,6 +802,11 @@ impl ZarrArray {
             Content::Values(values) => {
                 let row_items = self.meta.shape.iter().skip(1).product::<u64>() as usize;
                 values.slice(start * row_items, (end - start) * row_items)
+            }
+            Content::Uns(uns) => {
+                let row_items = self.meta.shape.iter().skip(1).product::<u64>() as usize;
+                uns.values()?
+                    .slice(start * row_items, (end - start) * row_items)
             }
             Content::Column {
                 frame,
@@ -884,14 +923,20 @@ impl Builder<'_> {
         }))
     }
 
-    /// An array of values held whole, of `shape`: numbers and booleans as an `array`,
-    /// anything else as a `string-array` (or, for a scalar, a `numeric-scalar` or
-    /// `string`).
-    fn values(&self, path: &str, shape: Vec<u64>, values: ArrayRef) -> ZarrNode {
-        let dtype = if is_text(values.data_type()) {
+    /// An array of values of `data_type` read whole (held, or an uns array's), of
+    /// `shape`: numbers and booleans as an `array`, anything else as a `string-array` (or,
+    /// for a scalar, a `numeric-scalar` or `string`).
+    fn values_of(
+        &self,
+        path: &str,
+        shape: Vec<u64>,
+        data_type: &DataType,
+        content: Content,
+    ) -> ZarrNode {
+        let dtype = if is_text(data_type) {
             Dtype::Text
         } else {
-            Dtype::of(values.data_type())
+            Dtype::of(data_type)
         };
         let encoding = match (shape.is_empty(), &dtype) {
             (true, Dtype::Text) => Encoding::String,
@@ -900,12 +945,13 @@ impl Builder<'_> {
             (false, _) => Encoding::Array,
         };
         let meta = ArrayMeta::new(shape, dtype);
-        self.array(
-            path,
-            meta,
-            encoding_attrs(encoding),
-            Content::Values(values),
-        )
+        self.array(path, meta, encoding_attrs(encoding), content)
+    }
+
+    /// An array of values held whole (see [`Builder::values_of`]).
+    fn values(&self, path: &str, shape: Vec<u64>, values: ArrayRef) -> ZarrNode {
+        let data_type = values.data_type().clone();
+        self.values_of(path, shape, &data_type, Content::Values(values))
     }
 
     fn column(
@@ -1135,22 +1181,19 @@ impl Builder<'_> {
             let at = format!("{path}/{key}");
             let node = match member {
                 UnsMember::Collection(inner) => self.uns(&at, inner)?,
-                UnsMember::Array(array) => match uns_element(array)? {
-                    UnsElement::Array { shape, values } => {
-                        let shape = shape.into_iter().map(|n| n as u64).collect();
-                        self.values(&at, shape, values)
-                    }
-                    UnsElement::Frame { batches, index } => {
-                        let mut rows = FrameRows::default();
-                        for batch in &batches {
-                            rows.add(batch);
-                        }
-                        let frame = Arc::new(FrameSource {
-                            frame: array.clone(),
-                            rows: FrameRowsAt::Read(batches, rows.count),
-                        });
-                        self.frame(&at, frame, &rows, index)?
-                    }
+                UnsMember::Array(array) => match uns_array_layout(array)? {
+                    // Laid out from its schema, read when a chunk is opened.
+                    Some((shape, data_type)) => self.values_of(
+                        &at,
+                        shape.iter().map(|&n| n as u64).collect(),
+                        &data_type,
+                        Content::Uns(Arc::new(UnsValues {
+                            array: array.clone(),
+                            shape,
+                            read: Mutex::new(None),
+                        })),
+                    ),
+                    None => self.uns_frame(&at, array)?,
                 },
             };
             Ok((key, node))
@@ -1164,12 +1207,31 @@ impl Builder<'_> {
             } else {
                 vec![values.len() as u64]
             };
-            members.push((
-                key.clone(),
-                self.values(&format!("{path}/{key}"), shape, values),
-            ));
+            let at = format!("{path}/{key}");
+            members.push((key, self.values(&at, shape, values)));
         }
         Ok(group(encoding_attrs(Encoding::Dict), members))
+    }
+
+    /// An uns array that is a data frame, read whole.
+    fn uns_frame(&self, path: &str, array: &Arc<ArrayObject>) -> io::Result<ZarrNode> {
+        Ok(match uns_element(array)? {
+            UnsElement::Array { shape, values } => {
+                let shape = shape.into_iter().map(|n| n as u64).collect();
+                self.values(path, shape, values)
+            }
+            UnsElement::Frame { batches, index } => {
+                let mut rows = FrameRows::default();
+                for batch in &batches {
+                    rows.add(batch);
+                }
+                let frame = Arc::new(FrameSource {
+                    frame: array.clone(),
+                    rows: FrameRowsAt::Read(batches, rows.count),
+                });
+                self.frame(path, frame, &rows, index)?
+            }
+        })
     }
 }
 
@@ -1215,9 +1277,11 @@ fn build(origin: &Arc<Origin>) -> io::Result<ZarrGroup> {
 fn frames_and_matrices(b: &Builder) -> io::Result<Vec<(String, ZarrNode)>> {
     let experiment = &b.origin.experiment;
     let m = &*b.origin.measurement;
+    let obs_index = frame_index(&experiment.obs, "obs_id");
+    let var_index = frame_index(&m.var, "var_id");
     let (obs_rows, var_rows) = at_once(
-        || anndata::scan_rows(&experiment.obs, &None),
-        || anndata::scan_rows(&m.var, &None),
+        || scan_frame(&experiment.obs, &None, &obs_index),
+        || scan_frame(&m.var, &None, &var_index),
     );
     let (mut obs_rows, mut var_rows) = (obs_rows?, var_rows?);
     let obs = AxisRows::new(&experiment.obs, &mut obs_rows);
@@ -1228,14 +1292,12 @@ fn frames_and_matrices(b: &Builder) -> io::Result<Vec<(String, ZarrNode)>> {
             rows: FrameRowsAt::Array(rows.clone()),
         })
     };
-    let obs_index = frame_index(&experiment.obs, "obs_id");
     let obs_frame = b.frame(
         "obs",
         lazy_frame(&experiment.obs, &obs),
         &obs_rows,
         obs_index,
     )?;
-    let var_index = frame_index(&m.var, "var_id");
     let var_frame = b.frame("var", lazy_frame(&m.var, &var), &var_rows, var_index)?;
 
     let along = |array: &Arc<ArrayObject>, rows: &Arc<AxisRows>, cols: Columns| MatrixSource {
