@@ -12,7 +12,7 @@ use crate::format::TableFormat;
 use crate::soma::anndata::{self, AnnDataExperiment, Category};
 use crate::soma::tenx::TenxLayer;
 use crate::soma::{self, spatial, ArrayObject, Objects, Selection, SomaObject, SomaType};
-use crate::tiledb::{Datatype, ObjectType, Value};
+use crate::tiledb::{Datatype, Member, ObjectType, Value};
 
 use super::files::{
     Document, FileKind, H5adFile, NpyFile, PngFile, SpatialDoc, Table, TableFile, TenxFile,
@@ -128,6 +128,16 @@ pub fn object_entries(
     }
 }
 
+/// The name of a group member's entry in the group's directory.
+fn member_entry(member: &Member) -> String {
+    file_name(&member.name)
+}
+
+/// The member of a group whose entry in the group's directory is `name`.
+pub fn member_named<'a>(members: &'a [Member], name: &str) -> Option<&'a Member> {
+    members.iter().find(|m| member_entry(m) == name)
+}
+
 /// The listing of a directory that only says what is wrong.
 pub fn error_entries(message: &str) -> Entries {
     vec![(
@@ -183,7 +193,7 @@ fn object_files(
                     ancestors,
                 }
             };
-            named.push((file_name(&member.name), kind));
+            named.push((member_entry(member), kind));
         }
         if let (SomaType::Measurement, Some(obs)) = (group.soma_type, obs) {
             let measurement = object.clone();

@@ -45,6 +45,19 @@ impl Objects for Arc<FakeStore> {
             ))),
         }
     }
+
+    /// A group's members, read without counting an open (as the store reads them in the
+    /// group's open).
+    fn members(&self, uri: &str) -> tiledb::Result<Vec<Member>> {
+        match self.objects.lock().unwrap().get(uri) {
+            Some(Ok(object)) => Ok(match object.as_ref() {
+                SomaObject::Group(group) => group.members.clone(),
+                SomaObject::Array(_) => Vec::new(),
+            }),
+            Some(Err(message)) => Err(tiledb::Error::new(message.clone())),
+            None => Err(tiledb::Error::new(format!("no TileDB group at {uri}"))),
+        }
+    }
 }
 
 impl FakeStore {
@@ -497,4 +510,46 @@ fn listing_a_directory_opens_its_members_ahead_and_a_look_by_name_does_not() {
         "ls opens the members ahead, once"
     );
     assert_eq!(m.store.opens("mem://exp/obs"), 1, "obs was open already");
+}
+
+#[test]
+fn a_look_by_name_into_a_group_not_listed_opens_the_member_it_names_early() {
+    let store = store();
+    store.put(group(
+        "mem://exp/ms",
+        "SOMACollection",
+        &[
+            ("RNA", "mem://exp/ms/RNA", ObjectType::Group),
+            ("a/b", "mem://exp/ms/slash", ObjectType::Group),
+            ("other", "mem://exp/ms/other", ObjectType::Group),
+        ],
+    ));
+    for uri in ["RNA", "slash", "other"] {
+        store.put(group(
+            &format!("mem://exp/ms/{uri}"),
+            "SOMAMeasurement",
+            &[],
+        ));
+    }
+    let m = mount_with(store.clone(), Duration::from_secs(60));
+    // Looking up a member needs ms listed; the member is opened at the same time. Names
+    // are matched as the directory lists them (percent-encoded).
+    assert!(m.stat("ms/a%2Fb").unwrap().is_dir);
+    assert!(
+        eventually(|| m.store.opens("mem://exp/ms/slash") == 1),
+        "the member named is opened while its group is"
+    );
+    assert!(m.stat("ms/RNA").unwrap().is_dir);
+    assert_eq!(m.stat("ms/nothing"), Err(FsError::NotFound));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        m.store.opens("mem://exp/ms/RNA"),
+        0,
+        "once its group is listed, a look at a member opens nothing ahead"
+    );
+    assert_eq!(
+        m.store.opens("mem://exp/ms/other"),
+        0,
+        "a look by name opens only what it names"
+    );
 }

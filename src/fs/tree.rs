@@ -28,6 +28,7 @@ use log::warn;
 
 use crate::soma::Objects;
 use crate::sync::{Background, Pool, Recover};
+use crate::tiledb::ObjectType;
 
 use super::activity;
 use super::data::DataOptions;
@@ -376,6 +377,7 @@ impl Tree {
             Ok(parent) => parent,
             Err(e) => return answer(Err(e)),
         };
+        self.open_named_member_early(&parent, name);
         let name = name.to_owned();
         self.with_listing(parent.clone(), move |tree, listing| {
             let child = listing.and_then(|listing| tree.child(&parent, &listing, &name));
@@ -396,6 +398,41 @@ impl Tree {
                 Err(e) => answer(Err(e)),
             }
         });
+    }
+
+    /// A look by name into a group not listed yet: the member it names is opened as soon as
+    /// the group's members are read, while the group's open still reads its metadata, so
+    /// that each level of a path (`cat ms/RNA/var/data.csv`) starts opening a round of
+    /// requests earlier. Nothing is opened for a name that is no member, and nothing twice:
+    /// the group's listing and the member's share the opens under way.
+    fn open_named_member_early(&self, parent: &Node, name: &str) {
+        let NodeKind::Object {
+            uri,
+            recorded: Some(ObjectType::Group),
+            ..
+        } = &parent.kind
+        else {
+            return;
+        };
+        if self
+            .fresh(parent, &parent.listing.read().recover())
+            .is_some()
+        {
+            return;
+        }
+        let (uri, name) = (uri.clone(), name.to_owned());
+        // Errors show in the member's own listing when it is looked at.
+        self.on_request_pool(
+            move |tree| {
+                let Ok(members) = tree.store.members(&uri) else {
+                    return;
+                };
+                if let Some(member) = node::member_named(&members, &name) {
+                    let _ = tree.store.open(&member.uri, Some(member.object_type));
+                }
+            },
+            |_| {},
+        );
     }
 
     /// The entry of a directory named `name`.

@@ -326,12 +326,76 @@ impl SomaObject {
 pub trait Objects: Send + Sync {
     /// The object at `uri`; `recorded` is what the group listing it records it as.
     fn open(&self, uri: &str, recorded: Option<ObjectType>) -> tiledb::Result<Arc<SomaObject>>;
+
+    /// The members of the group at `uri`. A [`Store`] knows them before the group's open
+    /// ends (its metadata comes last): the open in which they were read, or the one under
+    /// way, is the group's snapshot too.
+    fn members(&self, uri: &str) -> tiledb::Result<Vec<Member>> {
+        Ok(match self.open(uri, Some(ObjectType::Group))?.as_ref() {
+            SomaObject::Group(group) => group.members.clone(),
+            SomaObject::Array(_) => Vec::new(),
+        })
+    }
 }
 
 impl Objects for Store {
     fn open(&self, uri: &str, recorded: Option<ObjectType>) -> tiledb::Result<Arc<SomaObject>> {
         Store::open(self, uri, recorded)
     }
+
+    fn members(&self, uri: &str) -> tiledb::Result<Vec<Member>> {
+        Store::members(self, uri)
+    }
+}
+
+/// Things opened by URI, each once at a time and kept for a while: an open that comes while
+/// another of the same URI is under way waits for it and takes its outcome, the thing or
+/// the error, and one opened less than `reuse_for` ago is taken as it is.
+struct OpenedLately<T> {
+    recent: Mutex<HashMap<String, (Instant, T)>>,
+    reuse_for: Duration,
+    opening: SingleFlight<String, tiledb::Result<T>>,
+}
+
+impl<T: Clone> OpenedLately<T> {
+    fn new(reuse_for: Duration) -> Self {
+        OpenedLately {
+            recent: Mutex::default(),
+            reuse_for,
+            opening: SingleFlight::default(),
+        }
+    }
+
+    /// What was opened at `uri` less than `reuse_for` ago.
+    fn lately(&self, uri: &str) -> Option<T> {
+        let recent = self.recent.lock().recover();
+        let (opened, thing) = recent.get(uri)?;
+        (opened.elapsed() < self.reuse_for).then(|| thing.clone())
+    }
+
+    /// What is at `uri`: opened lately, being opened, or opened now by `open`.
+    fn get(&self, uri: &str, open: impl FnOnce() -> tiledb::Result<T>) -> tiledb::Result<T> {
+        if let Some(thing) = self.lately(uri) {
+            return Ok(thing);
+        }
+        self.opening.run(uri.to_owned(), || {
+            // An open that ended just before this one's flight began is as good.
+            if let Some(thing) = self.lately(uri) {
+                return Ok(thing);
+            }
+            let thing = open()?;
+            let mut recent = self.recent.lock().recover();
+            recent.retain(|_, (opened, _)| opened.elapsed() < self.reuse_for);
+            recent.insert(uri.to_owned(), (Instant::now(), thing.clone()));
+            Ok(thing)
+        })
+    }
+}
+
+/// A group open for reading and its members, read before its metadata.
+struct OpenGroup {
+    group: Group,
+    members: Vec<Member>,
 }
 
 /// Opens objects of one store: the libtiledb context, the mount's timestamp, and the
@@ -339,14 +403,15 @@ impl Objects for Store {
 pub struct Store {
     ctx: Context,
     timestamp_ms: Option<u64>,
-    /// Objects opened less than `reuse_for` ago, by URI: opening one again meanwhile gives
-    /// the same snapshot without a round of requests (`10x/` opens obs, var and X, which the
-    /// listings around it have just opened).
-    recent: Mutex<HashMap<String, (Instant, Arc<SomaObject>)>>,
-    reuse_for: Duration,
-    /// Opens under way, by URI: a second open meanwhile (a listing of `10x/` while obs is
-    /// opened ahead of a look) waits for the first and takes its snapshot, or its error.
-    opening: SingleFlight<String, tiledb::Result<Arc<SomaObject>>>,
+    /// Objects opened lately (the metadata TTL), or being opened, by URI: opening one again
+    /// meanwhile gives the same snapshot without a round of requests (`10x/` opens obs, var
+    /// and X, which the listings around it have just opened; a listing of `10x/` while obs
+    /// is opened ahead of a look waits for that open).
+    objects: OpenedLately<Arc<SomaObject>>,
+    /// Groups opened lately, or being opened, with their members: a group's open reads its
+    /// members a round before its metadata, and a look by name into it can open the member
+    /// it names meanwhile ([`Store::members`]); both are one open of the group.
+    groups: OpenedLately<Arc<OpenGroup>>,
 }
 
 /// The libtiledb settings soma-mount always uses: var-sized buffers come out as Arrow large
@@ -394,9 +459,8 @@ impl Store {
         Ok(Store {
             ctx,
             timestamp_ms,
-            recent: Mutex::default(),
-            reuse_for,
-            opening: SingleFlight::default(),
+            objects: OpenedLately::new(reuse_for),
+            groups: OpenedLately::new(reuse_for),
         })
     }
 
@@ -411,24 +475,25 @@ impl Store {
     /// metadata TTL ago is not opened again: it is that snapshot. Nor is one being opened
     /// now: this waits for that open and takes its outcome, the snapshot or the error.
     pub fn open(&self, uri: &str, recorded: Option<ObjectType>) -> tiledb::Result<Arc<SomaObject>> {
-        if let Some(object) = self.opened_lately(uri) {
-            return Ok(object);
-        }
-        self.opening.run(uri.to_owned(), || {
-            // An open that ended just before this one's flight began is as good.
-            match self.opened_lately(uri) {
-                Some(object) => Ok(object),
-                None => self.open_afresh(uri, recorded),
-            }
-        })
+        self.objects
+            .get(uri, || self.open_afresh(uri, recorded).map(Arc::new))
     }
 
-    /// Opens the object at `uri` (see [`Self::open`]) and keeps it for `reuse_for`.
-    fn open_afresh(
-        &self,
-        uri: &str,
-        recorded: Option<ObjectType>,
-    ) -> tiledb::Result<Arc<SomaObject>> {
+    /// The members of the group at `uri`: of its snapshot opened lately, or read by the
+    /// open of it under way (or by a new one, which its snapshot then comes from), without
+    /// waiting for its metadata.
+    pub fn members(&self, uri: &str) -> tiledb::Result<Vec<Member>> {
+        if let Some(object) = self.objects.lately(uri) {
+            return Ok(match object.as_ref() {
+                SomaObject::Group(group) => group.members.clone(),
+                SomaObject::Array(_) => Vec::new(),
+            });
+        }
+        Ok(self.open_group_members(uri)?.members.clone())
+    }
+
+    /// Opens the object at `uri` (see [`Self::open`]).
+    fn open_afresh(&self, uri: &str, recorded: Option<ObjectType>) -> tiledb::Result<SomaObject> {
         let started = Instant::now();
         let object_type = match recorded {
             Some(known @ (ObjectType::Group | ObjectType::Array)) => known,
@@ -442,27 +507,25 @@ impl Store {
             ))),
         }?;
         log::debug!("opened {uri} in {:?}", started.elapsed());
-        let object = Arc::new(object);
-        let mut recent = self.recent.lock().recover();
-        recent.retain(|_, (opened, _)| opened.elapsed() < self.reuse_for);
-        recent.insert(uri.to_owned(), (Instant::now(), object.clone()));
         Ok(object)
     }
 
-    /// The object at `uri` if it was opened less than `reuse_for` ago.
-    fn opened_lately(&self, uri: &str) -> Option<Arc<SomaObject>> {
-        let recent = self.recent.lock().recover();
-        let (opened, object) = recent.get(uri)?;
-        (opened.elapsed() < self.reuse_for).then(|| object.clone())
+    /// The group at `uri` opened, with its members (shared, see [`Store::groups`]).
+    fn open_group_members(&self, uri: &str) -> tiledb::Result<Arc<OpenGroup>> {
+        self.groups.get(uri, || {
+            let group = Group::open(&self.ctx, uri, self.timestamp_ms)?;
+            let members = group.members()?;
+            Ok(Arc::new(OpenGroup { group, members }))
+        })
     }
 
     fn open_group(&self, uri: &str) -> tiledb::Result<GroupObject> {
-        let group = Group::open(&self.ctx, uri, self.timestamp_ms)?;
-        let metadata = group.metadata()?;
+        let open = self.open_group_members(uri)?;
+        let metadata = open.group.metadata()?;
         Ok(GroupObject {
             uri: uri.to_owned(),
             soma_type: SomaType::recognise(ObjectType::Group, &metadata),
-            members: group.members()?,
+            members: open.members.clone(),
             metadata,
         })
     }
