@@ -14,23 +14,24 @@
 //!
 //! Making the metadata needs the rows of obs and var (their join ids, and whether the
 //! columns encoded by it hold a null: integers, booleans and texts; no other column is
-//! read), the shape of each uns array (from its schema and cell count: its values are read
-//! when a chunk is opened; an uns data frame is read whole) and each CSR matrix's number of
-//! entries (the length of `data` and `indices`), which the array's fragments tell when no
-//! two of them share a row and every cell is on obs and var ([`anndata::row_blocks`]): the
-//! usual store is listed without reading a matrix. Its rows then fall in blocks, one per fragment, whose entries are
-//! known; a block's entries per row (what `indptr` holds) are counted from the coordinates
-//! alone ([`anndata::row_counts`]) when a chunk first needs one of its rows or entries, once
-//! per array snapshot, and kept in the cache, so that a daemon started again on the same
-//! cache does not count them again. A matrix whose fragments cannot tell is counted whole,
-//! as one block, when listed. A chunk of `indptr` (8,192 rows) counts only the blocks its
-//! rows fall in, and a chunk of `data` or `indices` reads only the rows that hold its
-//! entries.
+//! read), the shape of each uns array (from its schema and cell count: the values of them
+//! all are read when a chunk of one is opened; an uns data frame is read whole) and each
+//! CSR matrix's number of entries (the length of `data` and `indices`), which the array's
+//! fragments tell when no two of them share a row and every cell is on obs and var
+//! ([`anndata::row_blocks`]): the usual store is listed without reading a matrix. Its rows
+//! then fall in blocks, one per fragment, whose entries are known; a block's entries per
+//! row (what `indptr` holds) are counted from the coordinates alone
+//! ([`anndata::row_counts`]) when a chunk first needs one of its rows or entries, once per
+//! array snapshot, and kept in the cache, so that a daemon started again on the same cache
+//! does not count them again. A matrix whose fragments cannot tell is counted whole, as one
+//! block, when listed. A chunk of `indptr` (8,192 rows) counts only the blocks its rows
+//! fall in, and a chunk of `data` or `indices` reads only the rows that hold its entries.
 
 use std::collections::VecDeque;
 use std::io;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
@@ -73,6 +74,8 @@ struct Origin {
     measurement: Arc<AnnDataMeasurement>,
     /// Where the entries per row of its CSR matrices are kept, with the chunks.
     cache: Arc<ContentCache>,
+    /// Its uns arrays laid out from their schemas, read together.
+    uns: UnsTogether,
 }
 
 impl Origin {
@@ -133,6 +136,7 @@ impl ZarrStore {
                 experiment,
                 measurement,
                 cache,
+                uns: UnsTogether::default(),
             }),
             root: OnceLock::new(),
         })
@@ -767,12 +771,14 @@ struct UnsValues {
     array: Arc<ArrayObject>,
     /// The shape it was laid out with: the values read must fill it.
     shape: Vec<usize>,
+    /// Held while they are read: a second reader waits for them.
     read: Mutex<Option<ArrayRef>>,
 }
 
 impl UnsValues {
     fn values(&self) -> io::Result<ArrayRef> {
-        if let Some(values) = &*self.read.lock().recover() {
+        let mut read = self.read.lock().recover();
+        if let Some(values) = &*read {
             return Ok(values.clone());
         }
         let values = match uns_element(&self.array)? {
@@ -785,8 +791,34 @@ impl UnsValues {
                 )))
             }
         };
-        *self.read.lock().recover() = Some(values.clone());
+        *read = Some(values.clone());
         Ok(values)
+    }
+}
+
+/// A store's uns arrays that are read when a chunk needs them ([`UnsValues`]), all read at
+/// once, [`anndata::AT_ONCE`] at a time, when a chunk first needs one: anndata reads uns
+/// whole when it opens a store, a chunk after another, and one read after another would
+/// cost a round trip or two each over a network.
+#[derive(Debug, Default)]
+struct UnsTogether {
+    arrays: Mutex<Vec<Weak<UnsValues>>>,
+    started: AtomicBool,
+}
+
+impl UnsTogether {
+    /// Reads every array once, the first time it is called (a failed read is read again,
+    /// and reported, by the chunk that needs it).
+    fn read_all(&self) {
+        if self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let arrays: Vec<Arc<UnsValues>> = (self.arrays.lock().recover().iter())
+            .filter_map(Weak::upgrade)
+            .collect();
+        map_at_once(&arrays, anndata::AT_ONCE, |uns| {
+            let _ = uns.values();
+        });
     }
 }
 
@@ -804,6 +836,7 @@ impl ZarrArray {
                 values.slice(start * row_items, (end - start) * row_items)
             }
             Content::Uns(uns) => {
+                self.origin.uns.read_all();
                 let row_items = self.meta.shape.iter().skip(1).product::<u64>() as usize;
                 uns.values()?
                     .slice(start * row_items, (end - start) * row_items)
@@ -1183,16 +1216,17 @@ impl Builder<'_> {
                 UnsMember::Collection(inner) => self.uns(&at, inner)?,
                 UnsMember::Array(array) => match uns_array_layout(array)? {
                     // Laid out from its schema, read when a chunk is opened.
-                    Some((shape, data_type)) => self.values_of(
-                        &at,
-                        shape.iter().map(|&n| n as u64).collect(),
-                        &data_type,
-                        Content::Uns(Arc::new(UnsValues {
+                    Some((shape, data_type)) => {
+                        let values = Arc::new(UnsValues {
                             array: array.clone(),
-                            shape,
+                            shape: shape.clone(),
                             read: Mutex::new(None),
-                        })),
-                    ),
+                        });
+                        let arrays = &self.origin.uns.arrays;
+                        arrays.lock().recover().push(Arc::downgrade(&values));
+                        let shape = shape.iter().map(|&n| n as u64).collect();
+                        self.values_of(&at, shape, &data_type, Content::Uns(values))
+                    }
                     None => self.uns_frame(&at, array)?,
                 },
             };
