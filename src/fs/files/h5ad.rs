@@ -434,10 +434,6 @@ fn write_uns_array(group: &HdfGroup, key: &str, array: &ArrayObject) -> io::Resu
 /// schema and cell count tell without reading it: a dense array, or a data frame hinted as
 /// strings (one row per stored cell). `None` for what becomes a data frame.
 pub(super) fn uns_array_layout(array: &ArrayObject) -> io::Result<Option<(Vec<usize>, DataType)>> {
-    let column_type = |name: &str| {
-        let column = array.schema.columns.iter().find(|c| c.name == name);
-        column.map(|c| c.arrow_type.clone())
-    };
     match array.soma_type {
         SomaType::DenseNDArray => {
             let Some(value) = array.schema.columns.iter().rfind(|c| !c.is_index) else {
@@ -451,21 +447,17 @@ pub(super) fn uns_array_layout(array: &ArrayObject) -> io::Result<Option<(Vec<us
         }
         SomaType::SparseNDArray => Ok(None),
         _ => {
-            let columns = match UnsFrame::of(array) {
-                UnsFrame::Strings1d => None,
-                UnsFrame::Strings2d => Some(strings_2d_columns(array).len()),
+            let (first_column, columns) = match UnsFrame::of(array) {
+                UnsFrame::Strings1d => ("values", None),
+                UnsFrame::Strings2d => ("values_0", Some(strings_2d_columns(array).len())),
                 UnsFrame::Frame => return Ok(None),
             };
-            let value_column = columns.map_or("values".to_owned(), |_| "values_0".to_owned());
-            let Some(data_type) = column_type(&value_column) else {
+            let Some(first) = array.schema.columns.iter().find(|c| c.name == first_column) else {
                 return Ok(None);
             };
             let rows = array.stored_cells().map_err(crate::soma::Error::from)? as usize;
-            let shape = match columns {
-                None => vec![rows],
-                Some(columns) => vec![rows, columns],
-            };
-            Ok(Some((shape, data_type)))
+            let shape = [rows].into_iter().chain(columns).collect();
+            Ok(Some((shape, first.arrow_type.clone())))
         }
     }
 }

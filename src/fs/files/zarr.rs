@@ -830,16 +830,16 @@ impl ZarrArray {
         }
         let rows = self.meta.chunk_rows(k);
         let (start, end) = (rows.start as usize, rows.end as usize);
+        // Values held whole, in C order: the chunk's rows of them.
+        let rows_of = |values: &ArrayRef| {
+            let row_items = self.meta.shape.iter().skip(1).product::<u64>() as usize;
+            values.slice(start * row_items, (end - start) * row_items)
+        };
         let values = match &self.content {
-            Content::Values(values) => {
-                let row_items = self.meta.shape.iter().skip(1).product::<u64>() as usize;
-                values.slice(start * row_items, (end - start) * row_items)
-            }
+            Content::Values(values) => rows_of(values),
             Content::Uns(uns) => {
                 self.origin.uns.read_all();
-                let row_items = self.meta.shape.iter().skip(1).product::<u64>() as usize;
-                uns.values()?
-                    .slice(start * row_items, (end - start) * row_items)
+                rows_of(&uns.values()?)
             }
             Content::Column {
                 frame,
