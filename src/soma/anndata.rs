@@ -17,7 +17,7 @@ use arrow_array::{Array as _, ArrayRef, RecordBatch};
 use log::{debug, warn};
 
 use crate::sync::{at_once, map_at_once};
-use crate::tiledb::{Metadata, ObjectType, Value};
+use crate::tiledb::{self, Metadata, ObjectType, Value};
 
 use super::error::{Error, Result};
 use super::object::{ArrayObject, GroupObject, Objects, SomaObject, SomaType};
@@ -423,10 +423,12 @@ fn read_selected(
     Ok(())
 }
 
-/// The first pass over a data frame's rows (see [`FrameRows`]): it reads their join ids and
-/// only the columns `null_checked` (whose nulls are looked for; no other column is found
-/// to hold one). The rows must come in join id order (they do when the frame is indexed by
-/// `soma_joinid`, as tiledbsoma writes obs and var): matrices are laid out by join id.
+/// The first pass over a data frame's rows (see [`FrameRows`]): it reads their join ids,
+/// and looks for nulls in the columns `null_checked` only (no other column is found to hold
+/// one): libtiledb counts them without reading the values where it can
+/// ([`tiledb::nulls_countable`]), and the other columns are read. The rows must come in join
+/// id order (they do when the frame is indexed by `soma_joinid` alone, as tiledbsoma writes
+/// obs and var): matrices are laid out by join id.
 pub fn scan_rows(
     frame: &ArrayObject,
     category: &Category,
@@ -434,35 +436,49 @@ pub fn scan_rows(
 ) -> Result<FrameRows> {
     let selection = Selection {
         equals: category.clone(),
-        columns: Some(
-            null_checked
-                .iter()
-                .cloned()
-                .chain(["soma_joinid".to_owned()])
-                .collect(),
-        ),
         ..Selection::default()
     };
+    // A column that cannot hold a null has none to look for.
+    let (counted, read): (Vec<&Column>, Vec<&Column>) = frame
+        .schema
+        .columns
+        .iter()
+        .filter(|c| c.nullable && null_checked.contains(&c.name))
+        .partition(|c| tiledb::nulls_countable(c.datatype, c.cell_val_num));
+    let counted: Vec<&str> = counted.iter().map(|c| c.name.as_str()).collect();
+    let only: Vec<&str> = read
+        .iter()
+        .map(|c| c.name.as_str())
+        .chain(["soma_joinid"])
+        .collect();
+    let mut reader = BatchReader::open_unsorted(frame, &selection, &only, &counted, BATCH_BYTES)?;
     let mut rows = FrameRows::default();
-    let mut in_order = Ok(());
-    read_selected(frame, &selection, |batch| {
-        let ids = joinids(batch)?;
+    while let Some(batch) = reader.next_batch()? {
+        let ids = joinids(&batch)?;
         let sorted = ids.windows(2).all(|w| w[0] < w[1])
             && rows
                 .joinids
                 .last()
                 .is_none_or(|last| ids.first().is_none_or(|f| f > last));
-        if !sorted && in_order.is_ok() {
-            in_order = Err(Error::invalid(format!(
+        if !sorted {
+            return Err(Error::invalid(format!(
                 "{}: rows are not in soma_joinid order",
                 frame.uri
             )));
         }
         rows.joinids.extend_from_slice(ids);
-        rows.add(batch);
-        Ok(())
-    })?;
-    in_order.map(|()| rows)
+        rows.add(&batch);
+    }
+    let counts = reader
+        .null_counts()
+        .ok_or_else(|| Error::invalid("a read of join ids ended early"))?;
+    rows.columns_with_nulls.extend(
+        counts
+            .iter()
+            .filter(|(_, nulls)| *nulls > 0)
+            .map(|(column, _)| column.clone()),
+    );
+    Ok(rows)
 }
 
 /// Every row of an array (a small one: an uns element).
@@ -689,7 +705,7 @@ pub fn row_counts(
         }
         Ok(())
     };
-    let reader = BatchReader::open_unsorted(array, &selection, &only, BATCH_BYTES)?;
+    let reader = BatchReader::open_unsorted(array, &selection, &only, &[], BATCH_BYTES)?;
     let mut reader = ReadAhead::start(reader)?;
     while let Some(batch) = reader.next_batch()? {
         let row_ids = dimension(array, &batch, 0)?;

@@ -470,8 +470,8 @@ impl Store {
 
     /// Opens the object at `uri`, reading its metadata and structure. `recorded` is what
     /// the group holding it records it as, when it is a member: it is opened as that, as
-    /// tiledbsoma opens members. Otherwise libtiledb is asked what `uri` holds first, which
-    /// on object storage costs up to three round trips more. An object opened less than the
+    /// tiledbsoma opens members. Otherwise (the mount's root) it is opened as a group, else
+    /// as an array, without asking libtiledb what `uri` holds. An object opened less than the
     /// metadata TTL ago is not opened again: it is that snapshot. Nor is one being opened
     /// now: this waits for that open and takes its outcome, the snapshot or the error.
     pub fn open(&self, uri: &str, recorded: Option<ObjectType>) -> tiledb::Result<Arc<SomaObject>> {
@@ -495,16 +495,23 @@ impl Store {
     /// Opens the object at `uri` (see [`Self::open`]).
     fn open_afresh(&self, uri: &str, recorded: Option<ObjectType>) -> tiledb::Result<SomaObject> {
         let started = Instant::now();
-        let object_type = match recorded {
-            Some(known @ (ObjectType::Group | ObjectType::Array)) => known,
-            _ => tiledb::object_type(&self.ctx, uri)?,
-        };
-        let object = match object_type {
-            ObjectType::Group => self.open_group(uri).map(SomaObject::Group),
-            ObjectType::Array => self.open_array(uri).map(|a| SomaObject::Array(Arc::new(a))),
-            ObjectType::Invalid => Err(tiledb::Error::new(format!(
-                "no TileDB group or array at {uri}"
-            ))),
+        let open_group = || self.open_group(uri).map(SomaObject::Group);
+        let open_array = || self.open_array(uri).map(|a| SomaObject::Array(Arc::new(a)));
+        let object = match recorded {
+            Some(ObjectType::Group) => open_group(),
+            Some(ObjectType::Array) => open_array(),
+            // What nothing records (the mount's root) is opened as a group, else as an
+            // array. A group's open lists what is at `uri` in its first round and fails
+            // there when it finds no group: asking libtiledb what `uri` holds first would
+            // cost three requests more on object storage, one after another.
+            _ => open_group().or_else(|as_group| {
+                open_array().map_err(|as_array| {
+                    tiledb::Error::new(format!(
+                        "no TileDB group or array at {uri} (as a group: {as_group}; as an \
+                         array: {as_array})"
+                    ))
+                })
+            }),
         }?;
         log::debug!("opened {uri} in {:?}", started.elapsed());
         Ok(object)

@@ -102,6 +102,8 @@ pub struct BatchReader {
     /// The rows a dense read selects: it must return exactly these.
     expected_rows: Option<u64>,
     rows_returned: u64,
+    /// The columns whose nulls every query counts, and the nulls of the queries ended.
+    null_counts: Vec<(String, u64)>,
     /// The reader's share of the memory budget.
     _memory: crate::budget::Permit,
 }
@@ -301,20 +303,23 @@ impl BatchReader {
     /// Starts reading the columns `only` (index columns among them too, and only those) of
     /// the cells `selection` selects of a sparse array, in no order that means anything
     /// (libtiledb's global order): for counts, which need no sort and no other column.
+    /// The nulls of the nullable columns `null_counted` among those cells are counted too,
+    /// without reading their values: [`BatchReader::null_counts`] has them at the end.
     pub fn open_unsorted(
         array: &ArrayObject,
         selection: &Selection,
         only: &[&str],
+        null_counted: &[&str],
         batch_bytes: usize,
     ) -> Result<BatchReader> {
-        BatchReader::open_with(array, selection, batch_bytes, Some(only))
+        BatchReader::open_with(array, selection, batch_bytes, Some((only, null_counted)))
     }
 
     fn open_with(
         array: &ArrayObject,
         selection: &Selection,
         batch_bytes: usize,
-        unsorted: Option<&[&str]>,
+        unsorted: Option<(&[&str], &[&str])>,
     ) -> Result<BatchReader> {
         let handle = array.handle()?;
         let columns: Vec<Column> = array
@@ -322,7 +327,7 @@ impl BatchReader {
             .columns
             .iter()
             .filter(|c| match unsorted {
-                Some(only) => only.contains(&c.name.as_str()),
+                Some((only, _)) => only.contains(&c.name.as_str()),
                 None => {
                     c.is_index
                         || selection
@@ -496,6 +501,9 @@ impl BatchReader {
             ready: VecDeque::new(),
             expected_rows,
             rows_returned: 0,
+            null_counts: unsorted
+                .map(|(_, counted)| counted.iter().map(|c| ((*c).to_owned(), 0)).collect())
+                .unwrap_or_default(),
             _memory: memory,
         };
         if selection.is_empty() {
@@ -532,14 +540,26 @@ impl BatchReader {
             unit: self.unit,
             starts_small: start_small,
         };
-        Ok(ReadQuery::new(
+        let mut query = ReadQuery::new(
             self.array.clone(),
             self.layout,
             &ranges,
             &self.specs,
             self.condition.as_ref(),
             sizing,
-        )?)
+        )?;
+        if !self.null_counts.is_empty() {
+            let counted: Vec<&str> = self.null_counts.iter().map(|(c, _)| c.as_str()).collect();
+            query.count_nulls(&counted)?;
+        }
+        Ok(query)
+    }
+
+    /// The nulls of each column [`BatchReader::open_unsorted`] counts, once the reader has
+    /// returned its last batch (`None` before).
+    pub fn null_counts(&self) -> Option<&[(String, u64)]> {
+        let ended = self.query.is_none() && self.runs.is_empty() && self.next_runs.is_empty();
+        ended.then_some(self.null_counts.as_slice())
     }
 
     pub fn schema(&self) -> SchemaRef {
@@ -627,7 +647,14 @@ impl BatchReader {
             self.next_runs.push_back(NextRun::start(query)?);
         }
         let Some(batch) = next else {
-            self.query = None;
+            if let Some(ended) = self.query.take() {
+                let counts = ended
+                    .null_counts()
+                    .ok_or_else(|| Error::invalid("a read query ended without its null counts"))?;
+                for ((_, total), (_, count)) in self.null_counts.iter_mut().zip(counts) {
+                    *total += count;
+                }
+            }
             return Ok(if self.runs.is_empty() && self.next_runs.is_empty() {
                 Step::End
             } else {

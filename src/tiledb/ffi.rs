@@ -82,6 +82,9 @@ opaque!(
     tiledb_subarray_t,
     tiledb_query_condition_t,
     tiledb_consolidation_plan_t,
+    tiledb_query_channel_t,
+    tiledb_channel_operation_t,
+    tiledb_channel_operator_t,
 );
 
 /// One dimension's range in an ND rectangle (`ndrectangle_api_external_experimental.h`).
@@ -130,13 +133,6 @@ extern "C" {
         length: *mut usize,
     ) -> capi_return_t;
     pub fn tiledb_string_free(s: *mut *mut tiledb_string_t) -> capi_return_t;
-
-    // object_api_external.h
-    pub fn tiledb_object_type(
-        ctx: *mut tiledb_ctx_t,
-        path: *const c_char,
-        object_type: *mut tiledb_object_t,
-    ) -> capi_return_t;
 
     // group_api_external.h
     pub fn tiledb_group_alloc(
@@ -618,5 +614,36 @@ extern "C" {
         node_index: u64,
         fragment_index: u64,
         uri: *mut *const c_char,
+    ) -> capi_return_t;
+    // query aggregates (query_aggregate_api_external_experimental.h)
+    pub fn tiledb_channel_operator_null_count_get(
+        ctx: *mut tiledb_ctx_t,
+        op: *mut *const tiledb_channel_operator_t,
+    ) -> capi_return_t;
+    pub fn tiledb_query_get_default_channel(
+        ctx: *mut tiledb_ctx_t,
+        query: *mut tiledb_query_t,
+        channel: *mut *mut tiledb_query_channel_t,
+    ) -> capi_return_t;
+    pub fn tiledb_create_unary_aggregate(
+        ctx: *mut tiledb_ctx_t,
+        query: *mut tiledb_query_t,
+        op: *const tiledb_channel_operator_t,
+        input_field_name: *const c_char,
+        operation: *mut *mut tiledb_channel_operation_t,
+    ) -> capi_return_t;
+    pub fn tiledb_channel_apply_aggregate(
+        ctx: *mut tiledb_ctx_t,
+        channel: *mut tiledb_query_channel_t,
+        output_field_name: *const c_char,
+        operation: *const tiledb_channel_operation_t,
+    ) -> capi_return_t;
+    pub fn tiledb_aggregate_free(
+        ctx: *mut tiledb_ctx_t,
+        op: *mut *mut tiledb_channel_operation_t,
+    ) -> capi_return_t;
+    pub fn tiledb_query_channel_free(
+        ctx: *mut tiledb_ctx_t,
+        channel: *mut *mut tiledb_query_channel_t,
     ) -> capi_return_t;
 }

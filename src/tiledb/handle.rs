@@ -2,9 +2,17 @@
 //! `Drop` that frees it with its own `tiledb_*_free`.
 
 /// Declares a wrapper owning one C handle type, freed on drop (and first closed with
-/// `close = tiledb_*_close` for handles that are opened).
+/// `close = tiledb_*_close` for handles that are opened). `free_args = context` marks a
+/// `tiledb_*_free` that takes the context before the handle.
 macro_rules! handle {
-    ($(#[$doc:meta])* $name:ident, $raw:ident, $free:ident $(, close = $close:ident)?) => {
+    (@free $free:ident, $ctx:expr, $raw:expr) => {
+        $crate::tiledb::ffi::$free($raw)
+    };
+    (@free $free:ident, $ctx:expr, $raw:expr, context) => {
+        $crate::tiledb::ffi::$free($ctx, $raw)
+    };
+    ($(#[$doc:meta])* $name:ident, $raw:ident, $free:ident $(, close = $close:ident)?
+        $(, free_args = $free_args:ident)?) => {
         $(#[$doc])*
         pub struct $name {
             raw: *mut $crate::tiledb::ffi::$raw,
@@ -57,7 +65,11 @@ macro_rules! handle {
                 )?
                 // SAFETY: `raw` is a live handle owned by `self` alone and is freed once; the
                 // context it needs lives on through `self.ctx` until after this call.
-                let _ = unsafe { $crate::tiledb::ffi::$free(&mut self.raw) };
+                let _ = unsafe {
+                    $crate::tiledb::handle::handle!(
+                        @free $free, self.ctx.as_ptr(), &mut self.raw $(, $free_args)?
+                    )
+                };
             }
         }
 

@@ -32,13 +32,11 @@ pub use error::{Error, Result};
 pub use group::{Group, Member};
 pub use metadata::{Metadata, MetadataValue};
 pub use query::{
-    estimated_cells, Batch, BatchSizing, CellEstimate, ColumnData, ColumnSpec, Layout,
-    QueryCondition, ReadQuery, TileUnit,
+    estimated_cells, nulls_countable, Batch, BatchSizing, CellEstimate, ColumnData, ColumnSpec,
+    Layout, QueryCondition, ReadQuery, TileUnit,
 };
 
 mod error;
-
-use context::{c_string, tiledb_call};
 
 /// What a URI holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,13 +55,4 @@ impl ObjectType {
             _ => ObjectType::Invalid,
         }
     }
-}
-
-/// Asks libtiledb what is stored at `uri`.
-pub fn object_type(ctx: &Context, uri: &str) -> Result<ObjectType> {
-    let c_uri = c_string(uri)?;
-    let mut raw = 0;
-    // SAFETY: `c_uri` outlives the call; libtiledb writes one `tiledb_object_t` to `raw`.
-    unsafe { tiledb_call!(ctx, tiledb_object_type(c_uri.as_ptr(), &mut raw)) }?;
-    Ok(ObjectType::from_raw(raw))
 }

@@ -29,6 +29,20 @@ handle!(
     tiledb_query_condition_t,
     tiledb_query_condition_free
 );
+handle!(
+    /// A query's default channel (`tiledb_query_channel_t`), where aggregates are applied.
+    Channel,
+    tiledb_query_channel_t,
+    tiledb_query_channel_free,
+    free_args = context
+);
+handle!(
+    /// An aggregate of one column (`tiledb_channel_operation_t`), before a channel takes it.
+    Aggregate,
+    tiledb_channel_operation_t,
+    tiledb_aggregate_free,
+    free_args = context
+);
 
 /// The order of the cells a read returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,11 +209,46 @@ impl BatchSizing {
     }
 }
 
+/// Whether libtiledb 2.30 can count the nulls of a column of this type in a query
+/// ([`ReadQuery::count_nulls`]). It counts a tile the query takes whole from its fragment's
+/// metadata, which it fetches with the tile's minimum and maximum, and fails ("tile min
+/// metadata that's not present") for the columns whose tiles have none: UTF-8 and other
+/// Unicode text, blobs, geometries, `Any`, and var-sized or multi-value cells other than
+/// ASCII text.
+pub fn nulls_countable(datatype: Datatype, cell_val_num: u32) -> bool {
+    let ascii = matches!(datatype, Datatype::Char | Datatype::StringAscii);
+    if cell_val_num != 1 && !ascii {
+        return false;
+    }
+    !matches!(
+        datatype,
+        Datatype::Any
+            | Datatype::Blob
+            | Datatype::GeomWkb
+            | Datatype::GeomWkt
+            | Datatype::StringUtf8
+            | Datatype::StringUtf16
+            | Datatype::StringUtf32
+            | Datatype::StringUcs2
+            | Datatype::StringUcs4
+    )
+}
+
+/// A column's null count, which libtiledb writes once the query has read everything.
+struct NullCount {
+    column: String,
+    /// The aggregate's output field: a name no column has (TileDB reserves `__`).
+    output: CString,
+    count: Box<u64>,
+    count_size: Box<u64>,
+}
+
 /// A read query over an open array that yields batches of at most its buffers' size.
 pub struct ReadQuery {
     // Field order matters: the query is freed before the buffers it points into.
     query: Query,
     columns: Vec<ColumnBuffers>,
+    null_counts: Vec<NullCount>,
     _array: Arc<Array>,
     done: bool,
     sizing: BatchSizing,
@@ -257,6 +306,7 @@ impl ReadQuery {
         let mut query = ReadQuery {
             query,
             columns,
+            null_counts: Vec::new(),
             _array: array,
             done: false,
             sizing,
@@ -345,7 +395,89 @@ impl ReadQuery {
                 }
             }
         }
+        for n in &mut self.null_counts {
+            *n.count_size = 8;
+            // SAFETY: as for the columns: the name and the boxed count and size live in
+            // `self.null_counts` until the query is freed; libtiledb writes at most 8 bytes.
+            unsafe {
+                tiledb_call!(
+                    &ctx,
+                    tiledb_query_set_data_buffer(
+                        q,
+                        n.output.as_ptr(),
+                        &mut *n.count as *mut u64 as *mut c_void,
+                        &mut *n.count_size
+                    )
+                )?;
+            }
+        }
         Ok(())
+    }
+
+    /// Counts the nulls of the nullable columns `names` among the cells the query reads,
+    /// for [`ReadQuery::null_counts`] once it has read them all. Called before the first
+    /// batch, with columns whose type [`nulls_countable`] allows. libtiledb counts the nulls
+    /// of a data tile the query takes whole from its fragment's metadata, and reads only the
+    /// validity of the others: the values of these columns are never read.
+    pub fn count_nulls(&mut self, names: &[&str]) -> Result<()> {
+        let ctx = self.query.context().clone();
+        let mut operator = ptr::null();
+        let mut raw = ptr::null_mut();
+        // SAFETY: `operator` and `raw` are locals; the operator is a constant of libtiledb
+        // (never freed); the channel handle stored in `raw` is taken over by the wrapper.
+        let channel = unsafe {
+            tiledb_call!(&ctx, tiledb_channel_operator_null_count_get(&mut operator))?;
+            tiledb_call!(
+                &ctx,
+                tiledb_query_get_default_channel(self.query.as_ptr(), &mut raw)
+            )?;
+            Channel::from_raw(&ctx, raw)?
+        };
+        for name in names {
+            let column = c_string(name)?;
+            let output = c_string(&format!("__null_count_{name}"))?;
+            let mut raw = ptr::null_mut();
+            // SAFETY: the query, channel and operator are live; the names outlive the calls;
+            // the channel keeps its own reference to the aggregate, which the wrapper frees.
+            unsafe {
+                tiledb_call!(
+                    &ctx,
+                    tiledb_create_unary_aggregate(
+                        self.query.as_ptr(),
+                        operator,
+                        column.as_ptr(),
+                        &mut raw
+                    )
+                )?;
+                let aggregate = Aggregate::from_raw(&ctx, raw)?;
+                tiledb_call!(
+                    &ctx,
+                    tiledb_channel_apply_aggregate(
+                        channel.as_ptr(),
+                        output.as_ptr(),
+                        aggregate.as_ptr()
+                    )
+                )?;
+            }
+            self.null_counts.push(NullCount {
+                column: (*name).to_owned(),
+                output,
+                count: Box::new(0),
+                count_size: Box::new(8),
+            });
+        }
+        Ok(())
+    }
+
+    /// The null count of each column [`ReadQuery::count_nulls`] named, once the query has
+    /// returned everything (`None` before).
+    pub fn null_counts(&self) -> Option<Vec<(String, u64)>> {
+        self.done.then(|| {
+            self.null_counts
+                .iter()
+                .map(|n| (n.column.clone(), *n.count))
+                .collect()
+        })
     }
 
     /// Doubles every capacity: a batch did not fit even one cell.

@@ -13,8 +13,8 @@
 //! whole into the cache when opened (a text chunk also by a `stat` with `--exact-sizes`).
 //!
 //! Making the metadata needs the rows of obs and var (their join ids, and whether the
-//! columns encoded by it hold a null: integers, booleans and texts; no other column is
-//! read), the shape of each uns array (from its schema and cell count: the values of them
+//! columns encoded by it hold a null: integers, booleans and texts, counted by libtiledb
+//! without reading their values where it can; no other column is read), the shape of each uns array (from its schema and cell count: the values of them
 //! all are read when a chunk of one is opened; an uns data frame is read whole) and each
 //! CSR matrix's number of entries (the length of `data` and `indices`), which the array's
 //! fragments tell when no two of them share a row and every cell is on obs and var
