@@ -402,9 +402,9 @@ def test_s3_latency_first_look_and_cached(s3, soma_mount_bin, capsys):
 
 @pytest.mark.timeout(180)
 def test_s3_members_are_opened_as_recorded_and_once(s3, soma_mount_bin):
-    """Members are opened as what their group records them as, as tiledbsoma does: the
-    only requests asking what a URI holds (a one-key listing, a HEAD of
-    __array_schema.tdb) are for the mounted root. And an object is opened once per
+    """Members are opened as what their group records them as, as tiledbsoma does, and the
+    mounted root as a group (an array when that fails): no request asks what a URI holds
+    (a one-key listing, a HEAD of __array_schema.tdb). And an object is opened once per
     metadata TTL: `10x/` uses the snapshots of obs, var and X that their listings took,
     so listing it makes no request for them at all."""
     before = s3.request_count()
@@ -420,10 +420,35 @@ def test_s3_members_are_opened_as_recorded_and_once(s3, soma_mount_bin):
     shown = ("pbmc/obs/", "pbmc/ms/RNA/var/", "pbmc/ms/RNA/X/")
     again = [r for r in during_10x if any(s in r for s in shown)]
     assert not again, f"listing 10x/ opened obs, var or X again ({len(again)} requests): {again[:6]}"
+    root_group = [r for r in requests if "prefix=pbmc/__group/" in r]
+    assert root_group, "no listing of the root's __group/: is the access log read right?"
     probes = [r for r in requests if "max-keys=1" in r or "__array_schema.tdb" in r]
-    assert probes, "no request asked what the root holds: is the access log read right?"
-    members = [r for r in probes if "prefix=pbmc/__" not in r and "/pbmc/__array_schema.tdb" not in r]
-    assert not members, f"members were probed for what they hold: {members}"
+    assert not probes, f"objects were probed for what they hold: {probes}"
+
+
+@pytest.mark.timeout(180)
+def test_s3_root_is_a_group_an_array_or_an_error(s3, soma_mount_bin, fixtures_dir):
+    """The mounted root is opened as a group, and as an array when that fails: an array's
+    URI mounts as that array's directory, its rows those tiledbsoma reads; a URI that holds
+    neither fails before anything is mounted, with a message naming it."""
+    with s3_mount(s3, "pbmc/obs") as mp:
+        names = set(os.listdir(mp))
+        assert {"data.csv", "schema.json", "metadata.json", "slices"} <= names, names
+        with open(Path(mp) / "data.csv", newline="") as f:
+            header, *rows = f.read().splitlines()
+    with tiledbsoma.DataFrame.open(str(fixtures_dir / "pbmc" / "obs")) as obs:
+        want = obs.read(column_names=["soma_joinid", "obs_id"]).concat().to_pydict()
+    assert header.split(",")[:2] == ["soma_joinid", "obs_id"], header
+    got = [row.split(",")[:2] for row in rows]
+    assert got == [[str(j), o] for j, o in zip(want["soma_joinid"], want["obs_id"])]
+
+    uri = f"s3://{BUCKET}/pbmc/no-such-object"
+    with tempfile.TemporaryDirectory(prefix="soma-mount-missing-") as mp:
+        args = [str(soma_mount_bin), "-f", uri, mp, *config_args(s3.tiledb_config())]
+        done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        assert done.returncode != 0, f"exit status 0 for {uri}"
+        assert uri in done.stderr.decode("utf-8", "replace"), done.stderr
+        assert not is_mounted(mp), f"{mp} was left mounted"
 
 
 @pytest.mark.timeout(180)
