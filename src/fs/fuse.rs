@@ -40,17 +40,30 @@ pub struct SomaFs {
     /// Whether the kernel reads cached files itself (FUSE passthrough, Linux 6.9 and later).
     passthrough: bool,
     /// The files the kernel reads through passthrough.
-    backing: Arc<Mutex<Backing>>,
+    backing: Arc<Mutex<Backing<BackingId>>>,
 }
 
-/// Backing files of passthrough opens. The kernel wants one backing file per inode for as
-/// long as any handle of the inode reads through it.
-#[derive(Default)]
-struct Backing {
-    /// Per inode: its backing file and how many handles read through it.
-    inodes: HashMap<u64, (BackingId, usize)>,
-    /// The handles that read through passthrough, and their inode.
+/// How the kernel reads each open inode (with passthrough): through a backing file, or by
+/// asking the daemon. The kernel fails an open with `EIO` when it does not match how the
+/// inode's other handles read: a plain open of an inode read through a backing file, or a
+/// passthrough open of an inode it caches pages of. And it settles that in the opener's
+/// thread, after the reply, so two opens answered at once may settle in either order. So
+/// an inode's open handles either all read through one backing file or none does: how the
+/// first is opened decides, until the last is released.
+struct Backing<Id> {
+    /// Per open inode: its backing file (`None`: read plainly) and its open handles.
+    inodes: HashMap<u64, (Option<Id>, usize)>,
+    /// Every open handle tracked here, and its inode.
     handles: HashMap<u64, u64>,
+}
+
+impl<Id> Default for Backing<Id> {
+    fn default() -> Self {
+        Backing {
+            inodes: HashMap::new(),
+            handles: HashMap::new(),
+        }
+    }
 }
 
 impl SomaFs {
@@ -70,50 +83,32 @@ impl SomaFs {
     }
 }
 
-impl Backing {
-    /// Replies to an open through passthrough when it can, and gives the reply back when it
-    /// cannot. The kernel then reads the file itself: no request per block, and `mmap` maps
-    /// the cache file. An inode already read through passthrough must be opened through it
-    /// again (the kernel refuses other opens), with the same backing file: its content is the
-    /// same whatever this open found in the cache.
-    fn open_passthrough(
-        &mut self,
-        tree: &Tree,
-        ino: u64,
-        fh: u64,
-        cache_file: Option<&std::fs::File>,
-        reply: ReplyOpen,
-    ) -> Result<(), ReplyOpen> {
-        match self.inodes.entry(ino) {
-            Entry::Occupied(_) => {
-                if cache_file.is_none() {
-                    // This open made a stream the kernel will not read: stop it now.
-                    tree.release(fh);
-                }
-            }
-            Entry::Vacant(slot) => {
-                let Some(file) = cache_file else {
-                    return Err(reply);
-                };
-                match reply.open_backing(file) {
-                    Ok(id) => {
-                        slot.insert((id, 0));
-                    }
-                    Err(e) => {
-                        debug!("no passthrough for inode {ino}: {e}");
-                        return Err(reply);
-                    }
-                }
+impl<Id> Backing<Id> {
+    /// Counts the open handle `fh` of inode `ino` and says how it is read: through the
+    /// inode's backing file (`Some`), or plainly. An inode with no other open handle reads
+    /// through the backing file `new_backing` makes, if it makes one (for a file in the
+    /// cache); one with open handles reads as they do.
+    fn open(&mut self, ino: u64, fh: u64, new_backing: impl FnOnce() -> Option<Id>) -> Option<&Id> {
+        self.handles.insert(fh, ino);
+        let (backing, handles) = match self.inodes.entry(ino) {
+            Entry::Occupied(opens) => opens.into_mut(),
+            Entry::Vacant(slot) => slot.insert((new_backing(), 0)),
+        };
+        *handles += 1;
+        backing.as_ref()
+    }
+
+    /// The handle `fh` is released; its inode's backing file goes with its last handle.
+    fn release(&mut self, fh: u64) {
+        let Some(ino) = self.handles.remove(&fh) else {
+            return;
+        };
+        if let Entry::Occupied(mut opens) = self.inodes.entry(ino) {
+            opens.get_mut().1 -= 1;
+            if opens.get().1 == 0 {
+                opens.remove();
             }
         }
-        self.handles.insert(fh, ino);
-        let (id, handles) = self
-            .inodes
-            .get_mut(&ino)
-            .expect("present or inserted above");
-        *handles += 1;
-        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id);
-        Ok(())
     }
 }
 
@@ -239,16 +234,26 @@ impl Filesystem for SomaFs {
                 Err(e) => return reply.error(errno(&e)),
             };
             let fh = opened.fh;
-            let reply = if passthrough {
+            if passthrough {
+                // The kernel then reads the file itself: no request per block, and `mmap`
+                // maps the cache file.
                 let mut backing = backing.lock().recover();
                 let cache_file = opened.cache_file.as_ref();
-                match backing.open_passthrough(&tree, ino.0, fh, cache_file, reply) {
-                    Ok(()) => return,
-                    Err(reply) => reply,
+                let new_backing = || {
+                    reply
+                        .open_backing(cache_file?)
+                        .map_err(|e| debug!("no passthrough for inode {}: {e}", ino.0))
+                        .ok()
+                };
+                if let Some(id) = backing.open(ino.0, fh, new_backing) {
+                    if cache_file.is_none() {
+                        // This open made a stream the kernel will not read: stop it now.
+                        // The backing file holds the same content.
+                        tree.release(fh);
+                    }
+                    return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id);
                 }
-            } else {
-                reply
-            };
+            }
             if opened.direct_io {
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
             } else {
@@ -276,16 +281,7 @@ impl Filesystem for SomaFs {
         reply: ReplyEmpty,
     ) {
         self.tree.release(fh.0);
-        let mut backing = self.backing.lock().recover();
-        if let Some(ino) = backing.handles.remove(&fh.0) {
-            if let Some((_, handles)) = backing.inodes.get_mut(&ino) {
-                *handles -= 1;
-                if *handles == 0 {
-                    backing.inodes.remove(&ino);
-                }
-            }
-        }
-        drop(backing);
+        self.backing.lock().recover().release(fh.0);
         reply.ok();
     }
 
@@ -556,5 +552,34 @@ impl Filesystem for SomaFs {
         reply: ReplyEmpty,
     ) {
         reply.error(Errno::EROFS);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Backing;
+
+    #[test]
+    fn an_inodes_handles_all_read_through_its_backing_file_or_none_does() {
+        let mut backing: Backing<u32> = Backing::default();
+        // Opened first while its file is generated: plain, and so are its other opens, even
+        // one that finds the file in the cache (the kernel would fail it).
+        assert_eq!(backing.open(1, 10, || None), None);
+        assert_eq!(backing.open(1, 11, || panic!("no new backing file")), None);
+        backing.release(10);
+        assert_eq!(backing.open(1, 12, || panic!("no new backing file")), None);
+        backing.release(11);
+        backing.release(12);
+        // Every handle released: the next open from the cache reads through a backing file,
+        // which the opens after it share, whatever they found.
+        assert_eq!(backing.open(1, 13, || Some(7)), Some(&7));
+        assert_eq!(backing.open(1, 14, || None), Some(&7));
+        assert_eq!(backing.open(2, 15, || None), None);
+        backing.release(13);
+        assert_eq!(backing.open(1, 16, || Some(8)), Some(&7));
+        backing.release(14);
+        backing.release(16);
+        backing.release(16);
+        assert_eq!(backing.open(1, 17, || Some(8)), Some(&8));
     }
 }
