@@ -13,7 +13,9 @@ docs/SEMANTICS.md "AnnData Zarr stores"):
   that hold its rows' entries (counted with an audit hook on `open`), and the entries per
   row it has counted are those of the fragments that hold its indptr chunks' rows;
 - a store that cannot be made lists only error.txt, says why in the log, and the daemon
-  keeps serving.
+  keeps serving;
+- a single null in one data tile of many, over two fragments, decides a column's encoding
+  as in to_anndata (soma-mount counts nulls from fragment metadata).
 
 Run: .venv/bin/python -m pytest tests/python/test_zarr.py -q
 """
@@ -155,6 +157,57 @@ def test_read_zarr_of_a_store_of_many_chunks_equals_to_anndata(atlas, soma_mount
     with mount_guard(atlas, label="zarr atlas whole") as mp:
         got = read_zarr_quietly(Path(mp, "anndata", "RNA.zarr"))
     assert_anndata_equal(got, reference(atlas, "RNA"), "atlas zarr")
+
+
+def test_nulls_in_one_tile_of_many_decide_the_encoding_as_in_to_anndata(tmp_path, soma_mount_bin):
+    """obs of 230,000 rows in two fragments, several data tiles each: a column with a single
+    null in one tile is encoded as to_anndata reads it (integers as float64, booleans with
+    their mask), one with none as plain integers and booleans. soma-mount counts the nulls
+    from the fragments' metadata, tile by tile, never reading the values."""
+    n, first = 230_000, 150_000
+    uri = tmp_path / "experiment"
+    ids = np.arange(n, dtype=np.int64)
+    counts = pa.array(ids.astype(np.int32), mask=ids == 140_000)
+    flags = pa.array((ids % 3 == 0), mask=ids == 229_000)
+    obs = pa.table(
+        {
+            "soma_joinid": pa.array(ids),
+            "obs_id": pa.array([f"c{i}" for i in range(n)], pa.large_string()),
+            "count_one_null": counts,
+            "count_no_null": pa.array(ids),
+            "flag_one_null": flags,
+            "flag_no_null": pa.array(ids % 2 == 0),
+        }
+    )
+    var = pa.table(
+        {
+            "soma_joinid": pa.array(np.arange(3, dtype=np.int64)),
+            "var_id": pa.array(["a", "b", "c"], pa.large_string()),
+        }
+    )
+    with tiledbsoma.Experiment.create(str(uri)) as exp:
+        exp.add_new_dataframe("obs", schema=obs.schema, domain=[(0, n - 1)])
+        rna = exp.add_new_collection("ms").add_new_collection("RNA", tiledbsoma.Measurement)
+        rna.add_new_dataframe("var", schema=var.schema, domain=[(0, 2)])
+        rna.add_new_collection("X").add_new_sparse_ndarray("data", type=pa.float32(), shape=(n, 3))
+    with tiledbsoma.open(str(uri / "obs"), "w") as df:
+        df.write(obs.slice(0, first))
+    with tiledbsoma.open(str(uri / "obs"), "w") as df:
+        df.write(obs.slice(first))
+    with tiledbsoma.open(str(uri / "ms" / "RNA" / "var"), "w") as df:
+        df.write(var)
+    with tiledbsoma.open(str(uri / "ms" / "RNA" / "X" / "data"), "w") as x:
+        rows = np.array([0, 140_000, 229_999], dtype=np.int64)
+        cols = np.array([0, 1, 2], dtype=np.int64)
+        x.write(pa.table({"soma_dim_0": rows, "soma_dim_1": cols, "soma_data": np.ones(3, np.float32)}))
+    expected = reference(uri, "RNA")
+    assert str(expected.obs["count_one_null"].dtype) == "float64", expected.obs.dtypes
+    with mount_guard(uri, label="zarr nulls in one tile") as mp:
+        store = Path(mp, "anndata", "RNA.zarr")
+        assert (store / "obs" / "flag_one_null" / "mask").is_dir(), sorted(os.listdir(store / "obs"))
+        assert not (store / "obs" / "flag_no_null" / "mask").exists()
+        got = read_zarr_quietly(store)
+    assert_anndata_equal(got, expected, "obs with a null in one tile of many")
 
 
 # --------------------------------------------------------------------------------------
