@@ -437,7 +437,7 @@ pub struct Store {
 /// by file). At 1 MiB rather than 100 KiB a read's first tiles are fetched once: the first
 /// query of a sparse read takes a few rows from a band's first data tiles, and the query
 /// for the rest of the band, whose tiles of a column come to less than 1 MiB, finds them
-/// kept (`head` of X sent 28 requests, 5 more than tiledbsoma, and sends 24). A small file
+/// kept (`head` of X sent 28 requests, 5 more than tiledbsoma, and sends 21). A small file
 /// costs the same one request; local files are not read ahead.
 const BASE_CONFIG: [(&str, &str); 7] = [
     ("vfs.read_ahead_size", "1048576"),

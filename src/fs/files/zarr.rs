@@ -14,8 +14,9 @@
 //!
 //! Making the metadata needs the rows of obs and var (their join ids, and whether the
 //! columns encoded by it hold a null: integers, booleans and texts, counted by libtiledb
-//! without reading their values where it can; no other column is read), the shape of each uns array (from its schema and cell count: the values of them
-//! all are read when a chunk of one is opened; an uns data frame is read whole) and each
+//! without reading their values where it can; no other column is read), the shape of each
+//! uns array (from its schema and cell count: the values of them all are read when a chunk
+//! of one is opened; an uns data frame is read whole) and each
 //! CSR matrix's number of entries (the length of `data` and `indices`), which the array's
 //! fragments tell when no two of them share a row and every cell is on obs and var
 //! ([`anndata::row_blocks`]): the usual store is listed without reading a matrix. Its rows
