@@ -151,6 +151,7 @@ fn dataframe(uri: &str, fragment: &str) -> SomaObject {
         tile_order: Order::RowMajor,
         cell_order: Order::RowMajor,
         tile_cells: Some(100),
+        allows_duplicates: false,
     };
     let fragments = vec![Fragment {
         uri: fragment.to_owned(),

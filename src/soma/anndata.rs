@@ -423,8 +423,8 @@ fn read_selected(
     Ok(())
 }
 
-/// The first pass over a data frame's rows (see [`FrameRows`]): it reads their join ids,
-/// and looks for nulls in the columns `null_checked` only (no other column is found to hold
+/// The first pass over a data frame's rows (see [`FrameRows`]): it reads their join ids
+/// (unless the open tells them: [`ArrayObject::joinids_from_open`]), and looks for nulls in the columns `null_checked` only (no other column is found to hold
 /// one): libtiledb counts them without reading the values where it can
 /// ([`tiledb::nulls_countable`]), and the other columns are read. The rows must come in join
 /// id order (they do when the frame is indexed by `soma_joinid` alone, as tiledbsoma writes
@@ -446,6 +446,27 @@ pub fn scan_rows(
         .filter(|c| c.nullable && null_checked.contains(&c.name))
         .partition(|c| tiledb::nulls_countable(c.datatype, c.cell_val_num));
     let counted: Vec<&str> = counted.iter().map(|c| c.name.as_str()).collect();
+    let with_nulls = |counts: &[(String, u64)]| -> HashSet<String> {
+        (counts.iter())
+            .filter(|(_, nulls)| *nulls > 0)
+            .map(|(column, _)| column.clone())
+            .collect()
+    };
+    // Every row, with join ids the open tells: only the nulls are counted, from the
+    // fragment's metadata where libtiledb can, and no tile of join ids is read.
+    if let (None, true, Some(ids)) = (category, read.is_empty(), frame.joinids_from_open()) {
+        debug!("{}: join ids {ids:?}, told by the open", frame.uri);
+        let joinids: Vec<i64> = ids.collect();
+        let columns_with_nulls = match counted.is_empty() {
+            true => HashSet::new(),
+            false => with_nulls(&tiledb::null_counts(frame.handle()?, &counted)?),
+        };
+        return Ok(FrameRows {
+            count: joinids.len(),
+            joinids,
+            columns_with_nulls,
+        });
+    }
     let only: Vec<&str> = read
         .iter()
         .map(|c| c.name.as_str())
@@ -472,12 +493,7 @@ pub fn scan_rows(
     let counts = reader
         .null_counts()
         .ok_or_else(|| Error::invalid("a read of join ids ended early"))?;
-    rows.columns_with_nulls.extend(
-        counts
-            .iter()
-            .filter(|(_, nulls)| *nulls > 0)
-            .map(|(column, _)| column.clone()),
-    );
+    rows.columns_with_nulls.extend(with_nulls(counts));
     Ok(rows)
 }
 

@@ -1,6 +1,7 @@
 //! Opening a URI as a SOMA object: its type, metadata and members or schema.
 
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -270,6 +271,35 @@ impl ArrayObject {
             return Ok(self.fragments()?.iter().map(|f| f.cell_num).sum());
         }
         Ok(self.dense_cells())
+    }
+
+    /// The join ids of a data frame indexed by `soma_joinid` alone, when its open tells
+    /// them with no read: its one fragment holds as many cells as its stored range of join
+    /// ids has values. A fragment of an array that allows no duplicates holds each join id
+    /// at most once, so it holds every one of the range. (Over several fragments a join id
+    /// may be stored twice, written again, so the cells are not the rows.)
+    pub fn joinids_from_open(&self) -> Option<RangeInclusive<i64>> {
+        let mut index = self.schema.index_columns();
+        let (Some(joinid), None) = (index.next(), index.next()) else {
+            return None;
+        };
+        let one_fragment = self.fragments.names.len() == 1;
+        if joinid.name != "soma_joinid"
+            || self.schema.dense
+            || self.schema.allows_duplicates
+            || !one_fragment
+        {
+            return None;
+        }
+        let cells = self.stored_cells_estimate.filter(|e| e.exact)?.cells;
+        match self.non_empty_domain.first()? {
+            Some((tiledb::Value::Int(lo), tiledb::Value::Int(hi)))
+                if i128::from(*hi) - i128::from(*lo) + 1 == i128::from(cells) =>
+            {
+                Some(*lo..=*hi)
+            }
+            _ => None,
+        }
     }
 
     /// The cells of a dense array's non-empty domain.
@@ -611,4 +641,83 @@ pub fn shows_the_past(timestamp_ms: Option<u64>) -> bool {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     timestamp_ms.is_some_and(|ms| u128::from(ms) <= now_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soma::schema::Column;
+    use crate::tiledb::{CellEstimate, Datatype, Fragment, Order, Value};
+    use arrow_schema::DataType;
+
+    fn index_column(name: &str) -> Column {
+        Column {
+            name: name.to_owned(),
+            datatype: Datatype::Int64,
+            cell_val_num: 1,
+            arrow_type: DataType::Int64,
+            nullable: false,
+            is_index: true,
+            domain: Some((Value::Int(0), Value::Int(999))),
+            schema_domain: Some((Value::Int(0), Value::Int(i64::MAX - 100))),
+            tile_extent: Some(Value::Int(100)),
+            enumeration: None,
+        }
+    }
+
+    /// A data frame indexed by `index`, its cells in `fragments` fragments, its stored join
+    /// ids `lo..=hi`, and the open's estimate of its cells.
+    fn frame(index: &[&str], fragments: usize, (lo, hi): (i64, i64), cells: u64) -> ArrayObject {
+        let schema = SomaSchema {
+            columns: index.iter().map(|name| index_column(name)).collect(),
+            shape: None,
+            dense: false,
+            tile_order: Order::RowMajor,
+            cell_order: Order::RowMajor,
+            tile_cells: Some(100),
+            allows_duplicates: false,
+        };
+        let fragments = (0..fragments)
+            .map(|i| Fragment {
+                uri: format!("mem://frame/__fragments/__{i}_{i}_f"),
+                cell_num: cells / fragments as u64,
+                first_dimension: None,
+            })
+            .collect();
+        let stored = Some((Value::Int(lo), Value::Int(hi)));
+        let mut frame = ArrayObject::described(
+            "mem://frame",
+            SomaType::DataFrame,
+            Metadata::new(),
+            schema,
+            vec![stored; index.len()],
+            fragments,
+        );
+        frame.stored_cells_estimate = Some(CellEstimate { cells, exact: true });
+        frame
+    }
+
+    #[test]
+    fn join_ids_are_told_by_one_fragment_that_holds_every_one_of_its_range() {
+        let told = |frame: ArrayObject| frame.joinids_from_open();
+        assert_eq!(told(frame(&["soma_joinid"], 1, (0, 99), 100)), Some(0..=99));
+        assert_eq!(told(frame(&["soma_joinid"], 1, (5, 7), 3)), Some(5..=7));
+        // A gap: fewer cells than join ids in the range.
+        assert_eq!(told(frame(&["soma_joinid"], 1, (0, 99), 99)), None);
+        // Two fragments may hold a join id twice and leave another out.
+        assert_eq!(told(frame(&["soma_joinid"], 2, (0, 99), 100)), None);
+        // Indexed by other columns too, or by another column: its values are no join ids.
+        assert_eq!(told(frame(&["soma_joinid", "x"], 1, (0, 99), 100)), None);
+        assert_eq!(told(frame(&["x"], 1, (0, 99), 100)), None);
+        // An estimate that is not the fragment's count, or an array that allows duplicates.
+        let mut about = frame(&["soma_joinid"], 1, (0, 99), 100);
+        about.stored_cells_estimate = Some(CellEstimate {
+            cells: 100,
+            exact: false,
+        });
+        assert_eq!(told(about), None);
+        let mut duplicates = frame(&["soma_joinid"], 1, (0, 99), 100);
+        duplicates.schema.allows_duplicates = true;
+        assert_eq!(told(duplicates), None);
+    }
 }

@@ -49,6 +49,9 @@ pub struct SomaSchema {
     /// For sparse arrays: the cells of one data tile (the schema's capacity), the unit
     /// libtiledb decompresses.
     pub tile_cells: Option<u64>,
+    /// For sparse arrays: whether a cell's coordinates may be stored more than once (never
+    /// in an array tiledbsoma writes).
+    pub allows_duplicates: bool,
 }
 
 /// The Arrow type of a TileDB value type, as tiledbsoma presents it.
@@ -178,11 +181,12 @@ impl SomaSchema {
             cell_order: info.cell_order,
             tile_cells: (info.array_type == crate::tiledb::ArrayType::Sparse && info.capacity > 0)
                 .then_some(info.capacity),
+            allows_duplicates: info.allows_dups,
         }
     }
 
     /// Feeds what reads of the schema depend on to a digest: each column's name, type,
-    /// nullability, domains and labels, and the layout.
+    /// nullability, domains and labels, the layout, and whether duplicates are allowed.
     pub fn digest_into(&self, digest: &mut crate::digest::Digest) {
         use super::slice::digest_value;
         let bounds = |digest: &mut crate::digest::Digest, bounds: &Option<Bounds>| match bounds {
@@ -222,6 +226,7 @@ impl SomaSchema {
         }
         digest
             .flag(self.dense)
+            .flag(self.allows_duplicates)
             .text(&format!("{:?}/{:?}", self.tile_order, self.cell_order));
     }
 

@@ -517,6 +517,9 @@ impl ReadQuery {
             let cells = self.result_cells();
             match status {
                 ffi::TILEDB_COMPLETED => self.done = true,
+                ffi::TILEDB_INCOMPLETE if self.columns.is_empty() => {
+                    return Err(Error::new("a read of null counts alone did not complete"));
+                }
                 ffi::TILEDB_INCOMPLETE if cells == 0 => {
                     self.grow()?;
                     continue;
@@ -687,6 +690,25 @@ impl Query {
         }?;
         Ok((offsets, values))
     }
+}
+
+/// The nulls of each nullable column `names` (of types [`nulls_countable`] allows) among
+/// every cell of the sparse `array`: a query of those counts alone, which reads no data tile
+/// where libtiledb takes a tile's count from its fragment's metadata (see
+/// [`ReadQuery::count_nulls`]).
+pub fn null_counts(array: Arc<Array>, names: &[&str]) -> Result<Vec<(String, u64)>> {
+    let sizing = BatchSizing {
+        bytes: 0,
+        expected_cells: 0,
+        unit: None,
+        starts_small: false,
+    };
+    let mut query = ReadQuery::new(array, Layout::GlobalOrder, &[], &[], None, sizing)?;
+    query.count_nulls(names)?;
+    while query.next_batch()?.is_some() {}
+    query
+        .null_counts()
+        .ok_or_else(|| Error::new("a read of null counts ended early"))
 }
 
 /// An estimate of the cells of a read: how many, and whether exactly.

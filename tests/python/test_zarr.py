@@ -159,12 +159,15 @@ def test_read_zarr_of_a_store_of_many_chunks_equals_to_anndata(atlas, soma_mount
     assert_anndata_equal(got, reference(atlas, "RNA"), "atlas zarr")
 
 
-def test_nulls_in_one_tile_of_many_decide_the_encoding_as_in_to_anndata(tmp_path, soma_mount_bin):
-    """obs of 230,000 rows in two fragments, several data tiles each: a column with a single
-    null in one tile is encoded as to_anndata reads it (integers as float64, booleans with
-    their mask), one with none as plain integers and booleans. soma-mount counts the nulls
-    from the fragments' metadata, tile by tile, never reading the values."""
-    n, first = 230_000, 150_000
+@pytest.mark.parametrize("fragments", [1, 2])
+def test_nulls_in_one_tile_of_many_decide_the_encoding_as_in_to_anndata(tmp_path, soma_mount_bin, fragments):
+    """obs of 230,000 rows in one or two fragments, several data tiles each: a column with a
+    single null in one tile is encoded as to_anndata reads it (integers as float64, booleans
+    with their mask), one with none as plain integers and booleans. soma-mount counts the
+    nulls from the fragments' metadata, tile by tile, never reading the values (nor, in one
+    fragment that holds every join id of its range, the join ids)."""
+    n = 230_000
+    first = 150_000 if fragments == 2 else n
     uri = tmp_path / "experiment"
     ids = np.arange(n, dtype=np.int64)
     counts = pa.array(ids.astype(np.int32), mask=ids == 140_000)
@@ -190,10 +193,10 @@ def test_nulls_in_one_tile_of_many_decide_the_encoding_as_in_to_anndata(tmp_path
         rna = exp.add_new_collection("ms").add_new_collection("RNA", tiledbsoma.Measurement)
         rna.add_new_dataframe("var", schema=var.schema, domain=[(0, 2)])
         rna.add_new_collection("X").add_new_sparse_ndarray("data", type=pa.float32(), shape=(n, 3))
-    with tiledbsoma.open(str(uri / "obs"), "w") as df:
-        df.write(obs.slice(0, first))
-    with tiledbsoma.open(str(uri / "obs"), "w") as df:
-        df.write(obs.slice(first))
+    for part in (obs.slice(0, first), obs.slice(first)):
+        if part.num_rows:
+            with tiledbsoma.open(str(uri / "obs"), "w") as df:
+                df.write(part)
     with tiledbsoma.open(str(uri / "ms" / "RNA" / "var"), "w") as df:
         df.write(var)
     with tiledbsoma.open(str(uri / "ms" / "RNA" / "X" / "data"), "w") as x:
@@ -202,7 +205,7 @@ def test_nulls_in_one_tile_of_many_decide_the_encoding_as_in_to_anndata(tmp_path
         x.write(pa.table({"soma_dim_0": rows, "soma_dim_1": cols, "soma_data": np.ones(3, np.float32)}))
     expected = reference(uri, "RNA")
     assert str(expected.obs["count_one_null"].dtype) == "float64", expected.obs.dtypes
-    with mount_guard(uri, label="zarr nulls in one tile") as mp:
+    with mount_guard(uri, label=f"zarr nulls in one tile, {fragments} fragments") as mp:
         store = Path(mp, "anndata", "RNA.zarr")
         assert (store / "obs" / "flag_one_null" / "mask").is_dir(), sorted(os.listdir(store / "obs"))
         assert not (store / "obs" / "flag_no_null" / "mask").exists()
