@@ -16,10 +16,10 @@ libtiledb's requests.
 Listing a measurement's AnnData Zarr store (`ls -R anndata/RNA.zarr`, which opens the
 experiment's every member: `anndata/` lists each measurement) is counted against tiledbsoma
 opening every member and reading their metadata (296 vs 285 today). The store's layout
-needs a little more: each sparse array's R-trees (its cell count) and the join ids of obs
-and var, whose read also counts the nulls that decide how their columns are encoded; the
-bound (1.05) fails a listing that reads those columns' values (4 more requests) or whole
-data frames or uns arrays (about 55 more).
+needs a little more: each sparse array's R-trees (its cell count) and, for obs and var, the
+count of the nulls that decide how their columns are encoded (libtiledb reads their join-id
+tiles for it); the bound (1.05) fails a listing that reads those columns' values (4 more
+requests) or whole data frames or uns arrays (about 55 more).
 
 Run: .venv/bin/python -m pytest tests/python/test_requests.py -q
 """
