@@ -424,11 +424,12 @@ fn read_selected(
 }
 
 /// The first pass over a data frame's rows (see [`FrameRows`]): it reads their join ids
-/// (unless the open tells them: [`ArrayObject::joinids_from_open`]), and looks for nulls in the columns `null_checked` only (no other column is found to hold
-/// one): libtiledb counts them without reading the values where it can
-/// ([`tiledb::nulls_countable`]), and the other columns are read. The rows must come in join
-/// id order (they do when the frame is indexed by `soma_joinid` alone, as tiledbsoma writes
-/// obs and var): matrices are laid out by join id.
+/// (unless the open tells them: [`ArrayObject::joinids_from_open`]), and looks for nulls in
+/// the columns `null_checked` only (no other column is found to hold one): libtiledb counts
+/// them without reading the values where it can ([`tiledb::nulls_countable`]), and the
+/// other columns are read. The rows must come in join id order (they do when the frame is
+/// indexed by `soma_joinid` alone, as tiledbsoma writes obs and var): matrices are laid out
+/// by join id.
 pub fn scan_rows(
     frame: &ArrayObject,
     category: &Category,
@@ -452,8 +453,8 @@ pub fn scan_rows(
             .map(|(column, _)| column.clone())
             .collect()
     };
-    // Every row, with join ids the open tells: only the nulls are counted, from the
-    // fragment's metadata where libtiledb can, and no tile of join ids is read.
+    // Every row, with join ids the open tells: only the nulls are counted (libtiledb's
+    // reader walks the join-id tiles for that), and a frame with none to count is not read.
     if let (None, true, Some(ids)) = (category, read.is_empty(), frame.joinids_from_open()) {
         debug!("{}: join ids {ids:?}, told by the open", frame.uri);
         let joinids: Vec<i64> = ids.collect();
