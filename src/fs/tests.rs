@@ -12,8 +12,7 @@ use arrow_schema::DataType;
 
 use crate::soma::{ArrayObject, Column, GroupObject, Objects, SomaObject, SomaSchema, SomaType};
 use crate::tiledb::{
-    self, Datatype, EnumerationInfo, Fragment, Member, Metadata, MetadataValue, ObjectType, Order,
-    Value,
+    self, Datatype, EnumerationInfo, Fragment, Member, Metadata, MetadataValue, ObjectType, Value,
 };
 
 use super::cache::ContentCache;
@@ -140,19 +139,11 @@ fn dataframe(uri: &str, fragment: &str) -> SomaObject {
         ordered: false,
         values: vec![Value::Text("a".into()), Value::Text("b/c".into())],
     });
-    let schema = SomaSchema {
-        columns: vec![
-            column("soma_joinid", Datatype::Int64, DataType::Int64, true),
-            column("x", Datatype::Float64, DataType::Float64, false),
-            category,
-        ],
-        shape: None,
-        dense: false,
-        tile_order: Order::RowMajor,
-        cell_order: Order::RowMajor,
-        tile_cells: Some(100),
-        allows_duplicates: false,
-    };
+    let schema = SomaSchema::sparse_frame(vec![
+        column("soma_joinid", Datatype::Int64, DataType::Int64, true),
+        column("x", Datatype::Float64, DataType::Float64, false),
+        category,
+    ]);
     let fragments = vec![Fragment {
         uri: fragment.to_owned(),
         cell_num: 100,

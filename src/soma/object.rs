@@ -647,7 +647,7 @@ pub fn shows_the_past(timestamp_ms: Option<u64>) -> bool {
 mod tests {
     use super::*;
     use crate::soma::schema::Column;
-    use crate::tiledb::{CellEstimate, Datatype, Fragment, Order, Value};
+    use crate::tiledb::{CellEstimate, Datatype, Fragment, Value};
     use arrow_schema::DataType;
 
     fn index_column(name: &str) -> Column {
@@ -668,15 +668,8 @@ mod tests {
     /// A data frame indexed by `index`, its cells in `fragments` fragments, its stored join
     /// ids `lo..=hi`, and the open's estimate of its cells.
     fn frame(index: &[&str], fragments: usize, (lo, hi): (i64, i64), cells: u64) -> ArrayObject {
-        let schema = SomaSchema {
-            columns: index.iter().map(|name| index_column(name)).collect(),
-            shape: None,
-            dense: false,
-            tile_order: Order::RowMajor,
-            cell_order: Order::RowMajor,
-            tile_cells: Some(100),
-            allows_duplicates: false,
-        };
+        let schema =
+            SomaSchema::sparse_frame(index.iter().map(|name| index_column(name)).collect());
         let fragments = (0..fragments)
             .map(|i| Fragment {
                 uri: format!("mem://frame/__fragments/__{i}_{i}_f"),

@@ -119,6 +119,21 @@ fn shape_of(columns: &[Column]) -> Vec<u64> {
 }
 
 impl SomaSchema {
+    /// A sparse data frame's schema of `columns`, row-major, 100 cells a data tile: for tests
+    /// of what is built on arrays described without libtiledb.
+    #[cfg(test)]
+    pub fn sparse_frame(columns: Vec<Column>) -> SomaSchema {
+        SomaSchema {
+            columns,
+            shape: None,
+            dense: false,
+            tile_order: Order::RowMajor,
+            cell_order: Order::RowMajor,
+            tile_cells: Some(100),
+            allows_duplicates: false,
+        }
+    }
+
     pub fn new(
         soma_type: SomaType,
         info: &SchemaInfo,
