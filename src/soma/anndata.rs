@@ -379,7 +379,7 @@ pub fn categories(column: &Column) -> Result<Option<(ArrayRef, bool)>> {
 #[derive(Debug, Default)]
 pub struct FrameRows {
     pub count: usize,
-    pub joinids: Vec<i64>,
+    pub joinids: Positions,
     pub columns_with_nulls: HashSet<String>,
 }
 
@@ -457,7 +457,7 @@ pub fn scan_rows(
     // reader walks the join-id tiles for that), and a frame with none to count is not read.
     if let (None, true, Some(ids)) = (category, read.is_empty(), frame.joinids_from_open()) {
         debug!("{}: join ids {ids:?}, told by the open", frame.uri);
-        let joinids: Vec<i64> = ids.collect();
+        let joinids = Positions::range(ids);
         let columns_with_nulls = match counted.is_empty() {
             true => HashSet::new(),
             false => with_nulls(&tiledb::null_counts(frame.handle()?, &counted)?),
@@ -481,14 +481,14 @@ pub fn scan_rows(
             && rows
                 .joinids
                 .last()
-                .is_none_or(|last| ids.first().is_none_or(|f| f > last));
+                .is_none_or(|last| ids.first().is_none_or(|&f| f > last));
         if !sorted {
             return Err(Error::invalid(format!(
                 "{}: rows are not in soma_joinid order",
                 frame.uri
             )));
         }
-        rows.joinids.extend_from_slice(ids);
+        rows.joinids.extend_sorted(ids);
         rows.add(&batch);
     }
     let counts = reader
@@ -508,24 +508,12 @@ pub fn read_all(array: &ArrayObject) -> Result<Vec<RecordBatch>> {
     Ok(batches)
 }
 
-/// Consecutive join ids (sorted) as one inclusive range each.
-fn runs(ids: &[i64]) -> Vec<(i64, i64)> {
-    let mut runs: Vec<(i64, i64)> = Vec::new();
-    for &id in ids {
-        match runs.last_mut() {
-            Some((_, end)) if *end + 1 == id => *end = id,
-            _ => runs.push((id, id)),
-        }
-    }
-    runs
-}
-
 /// Reads a two-dimensional array's cells, sorted by row then column, and hands each batch to
 /// `visit` as (row join ids, column join ids, values): every cell, or those in the rows
-/// `rows` (join ids, sorted). A dense array's cells are those of its current domain.
+/// `rows` (runs of join ids, sorted). A dense array's cells are those of its current domain.
 pub fn read_cells(
     array: &ArrayObject,
-    rows: Option<&[i64]>,
+    rows: Option<&[(i64, i64)]>,
     mut visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
 ) -> Result<()> {
     read_matrix(array, rows, |batch, row_ids, col_ids| {
@@ -537,7 +525,7 @@ pub fn read_cells(
 /// a time with its coordinates.
 fn read_matrix(
     array: &ArrayObject,
-    rows: Option<&[i64]>,
+    rows: Option<&[(i64, i64)]>,
     mut visit: impl FnMut(&RecordBatch, &[i64], &[i64]) -> std::io::Result<()>,
 ) -> Result<()> {
     let mut selection = Selection::default();
@@ -549,9 +537,8 @@ fn read_matrix(
             .next()
             .and_then(|c| c.domain.clone())
             .and_then(|(lo, hi)| Some((lo.as_i128()?, hi.as_i128()?)));
-        let runs: Vec<(Value, Value)> = runs(rows)
-            .into_iter()
-            .filter_map(|(a, b)| {
+        let runs: Vec<(Value, Value)> = (rows.iter())
+            .filter_map(|&(a, b)| {
                 let (lo, hi) = domain.unwrap_or((i128::MIN, i128::MAX));
                 let (a, b) = (i128::from(a).max(lo), i128::from(b).min(hi));
                 (a <= b).then_some((Value::Int(a as i64), Value::Int(b as i64)))
@@ -748,9 +735,17 @@ pub fn row_counts(
     Ok(counts)
 }
 
-/// Reads the column `column` of a data frame's rows whose join ids are `joinids` (sorted),
-/// in that order: only those rows when the frame is indexed by `soma_joinid` first.
-pub fn read_frame_column(frame: &ArrayObject, column: &str, joinids: &[i64]) -> Result<ArrayRef> {
+/// Reads the column `column` of a data frame's rows at the places `places` of `rows` (its
+/// rows' join ids), in that order: only those rows when the frame is indexed by
+/// `soma_joinid` first.
+pub fn read_frame_column(
+    frame: &ArrayObject,
+    column: &str,
+    rows: &Positions,
+    places: Range<usize>,
+) -> Result<ArrayRef> {
+    let places = places.start..places.end.min(rows.len());
+    let runs = rows.runs_at(places.clone());
     let by_joinid = frame
         .schema
         .index_columns()
@@ -761,25 +756,25 @@ pub fn read_frame_column(frame: &ArrayObject, column: &str, joinids: &[i64]) -> 
         ..Selection::default()
     };
     if by_joinid {
-        if joinids.is_empty() {
+        if runs.is_empty() {
             let field = frame.schema.arrow().field_with_name(column).cloned();
             let data_type = field.map_err(|e| Error::invalid(e.to_string()))?;
             return Ok(arrow_array::new_empty_array(data_type.data_type()));
         }
-        selection.ranges = vec![runs(joinids)
-            .into_iter()
-            .map(|(a, b)| (Value::Int(a), Value::Int(b)))
+        selection.ranges = vec![runs
+            .iter()
+            .map(|&(a, b)| (Value::Int(a), Value::Int(b)))
             .collect()];
     }
     let mut pieces = Vec::new();
     let mut reader = BatchReader::open(frame, &selection, BATCH_BYTES)?;
-    let wanted = Positions::new(joinids.to_vec());
+    let wanted = |id: i64| {
+        rows.get(id)
+            .is_some_and(|place| places.contains(&(place as usize - 1)))
+    };
     while let Some(batch) = reader.next_batch()? {
         let ids = super::tenx::joinids(&batch)?;
-        let keep: arrow_array::BooleanArray = ids
-            .iter()
-            .map(|&id| Some(wanted.get(id).is_some()))
-            .collect();
+        let keep: arrow_array::BooleanArray = ids.iter().map(|&id| Some(wanted(id))).collect();
         let values = batch
             .column_by_name(column)
             .ok_or_else(|| Error::invalid(format!("{}: no column {column}", frame.uri)))?;
@@ -797,12 +792,12 @@ pub fn read_frame_column(frame: &ArrayObject, column: &str, joinids: &[i64]) -> 
         }
         _ => arrow_select::concat::concat(&pieces).map_err(|e| Error::invalid(e.to_string()))?,
     };
-    if values.len() != joinids.len() {
+    if values.len() != places.len() {
         return Err(Error::invalid(format!(
             "{}: {} of the {} rows asked for",
             frame.uri,
             values.len(),
-            joinids.len()
+            places.len()
         )));
     }
     Ok(values)
@@ -881,11 +876,5 @@ mod tests {
         assert_eq!(name, "inner");
         let names: Vec<&str> = inner.members.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["leaf"], "the way back to uns is left out");
-    }
-
-    #[test]
-    fn consecutive_join_ids_make_one_run() {
-        assert_eq!(runs(&[]), []);
-        assert_eq!(runs(&[3, 4, 5, 9, 11, 12]), [(3, 5), (9, 9), (11, 12)]);
     }
 }

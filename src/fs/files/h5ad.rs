@@ -24,7 +24,6 @@ use crate::soma::anndata::{
     self, AnnDataExperiment, AnnDataMeasurement, Axis, Category, FrameRows, Named, UnsCollection,
     UnsFrame, UnsMember,
 };
-use crate::soma::tenx::Positions;
 use crate::soma::{ArrayObject, Selection, SomaType};
 use crate::tiledb::{MetadataValue, Value};
 
@@ -115,11 +114,10 @@ impl H5adFile {
         let cells = write_frame(root, "obs", &self.experiment.obs, &self.category, "obs_id")?;
         let genes = write_frame(root, "var", &self.measurement.var, &None, "var_id")?;
         // A category's cells: only their rows of the matrices along obs are read.
-        let only = self.category.is_some().then_some(cells.joinids.as_slice());
-        let cell_positions = Positions::new(cells.joinids.clone());
-        let gene_positions = Positions::new(genes.joinids.clone());
-        let obs = Axis::Joinids(&cell_positions);
-        let var = Axis::Joinids(&gene_positions);
+        let only = self.category.is_some().then(|| cells.joinids.runs());
+        let only = only.as_deref();
+        let obs = Axis::Joinids(&cells.joinids);
+        let var = Axis::Joinids(&genes.joinids);
         let m = &*self.measurement;
 
         let (x, others) = m
@@ -184,7 +182,7 @@ fn write_matrices(
     root: &HdfGroup,
     part: &str,
     members: &[Named],
-    only: Option<&[i64]>,
+    only: Option<&[(i64, i64)]>,
     axes: (Axis, Axis),
     layout: Layout,
 ) -> io::Result<()> {
@@ -337,14 +335,14 @@ pub(super) fn matrix_type(array: &ArrayObject, layout: Layout) -> io::Result<(Da
     Ok((value_type, dense))
 }
 
-/// Writes a two-dimensional array as a matrix: its cells in the rows `only` (join ids; all
+/// Writes a two-dimensional array as a matrix: its cells in the rows `only` (runs of join ids; all
 /// when `None`), placed along `axes`. Cells outside the axes are left out. Booleans of a
 /// dense array are written as uint8, as tiledbsoma reads them.
 fn write_matrix(
     parent: &HdfGroup,
     name: &str,
     array: &ArrayObject,
-    only: Option<&[i64]>,
+    only: Option<&[(i64, i64)]>,
     (rows, cols): (Axis, Axis),
     layout: Layout,
 ) -> io::Result<()> {

@@ -250,13 +250,9 @@ impl AxisRows {
     /// The rows a first pass over a data frame found (their join ids are taken).
     fn new(frame: &ArrayObject, rows: &mut FrameRows) -> Arc<AxisRows> {
         Arc::new(AxisRows {
-            positions: Positions::new(std::mem::take(&mut rows.joinids)),
+            positions: std::mem::take(&mut rows.joinids),
             id: frame.content_id.clone(),
         })
-    }
-
-    fn joinids(&self) -> &[i64] {
-        self.positions.ids()
     }
 }
 
@@ -304,8 +300,8 @@ impl MatrixSource {
             return Ok(());
         }
         let (row_axis, col_axis) = self.axes();
-        let joinids = &self.rows.joinids()[rows];
-        anndata::read_cells(&self.array, Some(joinids), |row_ids, col_ids, values| {
+        let runs = self.rows.positions.runs_at(rows);
+        anndata::read_cells(&self.array, Some(&runs), |row_ids, col_ids, values| {
             let mut places = Vec::with_capacity(row_ids.len());
             let mut keep = Vec::with_capacity(row_ids.len());
             for (&r, &c) in row_ids.iter().zip(col_ids) {
@@ -706,7 +702,7 @@ enum FrameRowsAt {
 impl FrameSource {
     fn len(&self) -> usize {
         match &self.rows {
-            FrameRowsAt::Array(rows) => rows.joinids().len(),
+            FrameRowsAt::Array(rows) => rows.positions.len(),
             FrameRowsAt::Read(_, count) => *count,
         }
     }
@@ -714,8 +710,8 @@ impl FrameSource {
     fn column(&self, name: &str, rows: Range<usize>) -> io::Result<ArrayRef> {
         let batches = match &self.rows {
             FrameRowsAt::Array(axis) => {
-                let joinids = &axis.joinids()[rows];
-                return Ok(anndata::read_frame_column(&self.frame, name, joinids)?);
+                let rows = anndata::read_frame_column(&self.frame, name, &axis.positions, rows);
+                return Ok(rows?);
             }
             FrameRowsAt::Read(batches, _) => batches,
         };
@@ -1348,7 +1344,7 @@ fn frames_and_matrices(b: &Builder) -> io::Result<Vec<(String, ZarrNode)>> {
     let genes = || Columns::Rows(var.clone());
     // obsm and varm are dense, as to_anndata reads them.
     let dense = |part: &str, named: &[Named], rows: &Arc<AxisRows>| {
-        let count = rows.joinids().len() as u64;
+        let count = rows.positions.len() as u64;
         let source = |n: &Named| {
             let width = anndata::matrix_width(&n.array, count)? as usize;
             Ok(along(&n.array, rows, Columns::Indices(width)))
