@@ -173,23 +173,36 @@ fn init_logging(cli: &Cli) {
     builder.init();
 }
 
-/// True when `dir` is listed as a mount point in /proc/self/mountinfo. The path is resolved
-/// through its parent, so that a dead mount (which fails every access) is found too.
+/// True when `dir` is listed as a mount point in /proc/self/mountinfo.
 fn is_mounted(dir: &Path) -> bool {
-    let Ok(abs) = std::path::absolute(dir) else {
-        return false;
-    };
+    mount_id(dir).is_some()
+}
+
+/// The kernel's ID of the mount on `dir` (the top one, when several are stacked there), from
+/// /proc/self/mountinfo; `None` when nothing is mounted there. A later mount on `dir` has
+/// another ID.
+///
+/// Read from the mount table, never through `dir`: a `stat` of `dir` walks into the mount,
+/// which holds it busy meanwhile (an `umount` at that moment fails: the daemon's own `stat`
+/// just after mounting made `umount DIR` fail once in a while) and, on this daemon's mount,
+/// waits for its own threads. The path is resolved through its parent, so that a dead mount
+/// (which fails every access) is found too.
+fn mount_id(dir: &Path) -> Option<u64> {
+    let abs = std::path::absolute(dir).ok()?;
     let resolved = match (abs.parent().map(Path::canonicalize), abs.file_name()) {
         (Some(Ok(parent)), Some(name)) => parent.join(name),
         _ => abs,
     };
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let target = resolved.to_string_lossy();
-    info.lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .any(|field| unescape_mountinfo(field) == target)
+    // Fields: mount ID, parent ID, major:minor, root, mount point, ... The table lists a
+    // mount after the one it covers.
+    info.lines().rev().find_map(|line| {
+        let mut fields = line.split(' ');
+        let id = fields.next()?;
+        let point = fields.nth(3)?;
+        (unescape_mountinfo(point) == target).then(|| id.parse().ok())?
+    })
 }
 
 /// mountinfo writes space, tab, newline and backslash in paths as `\ooo` octal escapes.
@@ -290,12 +303,6 @@ fn detach_from_parent() {
             libc::dup2(null.as_raw_fd(), 2);
         }
     }
-}
-
-/// The device of what is mounted at `dir` (its root's `st_dev`), if it answers.
-fn mounted_device(dir: &Path) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(dir).ok().map(|m| m.dev())
 }
 
 /// Unmounts `dir`; a busy mount (files open on it) is detached instead.
@@ -467,9 +474,9 @@ fn serve(cli: &Cli, tree: &Tree, session: fuser::BackgroundSession, stop: &Atomi
         detach_from_parent();
     }
     warm_heap();
-    // What identifies this daemon's mount: the device of its root. Whatever is mounted at
+    // What identifies this daemon's mount: its ID in the mount table. Whatever is mounted at
     // the path later (a new mount after an outside `umount`) has another.
-    let own_device = mounted_device(&cli.mountpoint);
+    let own_mount = mount_id(&cli.mountpoint);
     let mut progress_logged = Instant::now();
     let signalled = loop {
         if stop.load(Ordering::Relaxed) {
@@ -488,7 +495,7 @@ fn serve(cli: &Cli, tree: &Tree, session: fuser::BackgroundSession, stop: &Atomi
         info!("signal received: unmounting {}", cli.mountpoint.display());
         // Only this daemon's own mount: it may have gone meanwhile, and the directory may
         // hold another mount by now.
-        if !session.guard.is_finished() && mounted_device(&cli.mountpoint) == own_device {
+        if !session.guard.is_finished() && mount_id(&cli.mountpoint) == own_mount {
             unmount(&cli.mountpoint);
         }
     } else {

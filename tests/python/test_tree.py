@@ -514,6 +514,18 @@ def test_daemon_ends_and_unmounts(how, fixtures_dir, mount):
         )
 
 
+def test_umount_just_after_mounting_never_finds_the_mount_busy(fixtures_dir, mount):
+    """`umount DIR` 0-60 ms after the mount appears, 30 times: the daemon, which starts
+    serving meanwhile, never holds its own mount (it once `stat`ed its mount point, and an
+    `umount` in that moment failed, "target is busy", about once in 70)."""
+    for i in range(30):
+        with mount(fixtures_dir / "hand") as mp:
+            time.sleep(0.002 * i)
+            r = subprocess.run(["umount", mp], capture_output=True, text=True, timeout=EXIT_TIMEOUT)
+            assert r.returncode == 0, f"umount {0.002 * i:.3f} s after mounting failed: {r.stderr}"
+            assert mp.proc.wait(EXIT_TIMEOUT) == 0
+
+
 def test_restart_after_sigkill_recovers_the_mount(fixtures_dir, mount, soma_mount_bin):
     """SIGKILL leaves a dead mount; starting soma-mount again on it detaches it and mounts."""
     with mount(fixtures_dir / "hand") as mp:
