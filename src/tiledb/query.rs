@@ -693,9 +693,9 @@ impl Query {
 }
 
 /// The nulls of each nullable column `names` (of types [`nulls_countable`] allows) among
-/// every cell of the sparse `array`: a query of those counts alone, which reads no data tile
-/// where libtiledb takes a tile's count from its fragment's metadata (see
-/// [`ReadQuery::count_nulls`]).
+/// every cell of the sparse `array`: a query of those counts alone. It reads no tile of
+/// those columns where libtiledb takes a tile's count from its fragment's metadata (see
+/// [`ReadQuery::count_nulls`]); the global-order reader still reads the coordinate tiles.
 pub fn null_counts(array: Arc<Array>, names: &[&str]) -> Result<Vec<(String, u64)>> {
     let sizing = BatchSizing {
         bytes: 0,

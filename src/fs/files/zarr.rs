@@ -710,8 +710,8 @@ impl FrameSource {
     fn column(&self, name: &str, rows: Range<usize>) -> io::Result<ArrayRef> {
         let batches = match &self.rows {
             FrameRowsAt::Array(axis) => {
-                let rows = anndata::read_frame_column(&self.frame, name, &axis.positions, rows);
-                return Ok(rows?);
+                let column = anndata::read_frame_column(&self.frame, name, &axis.positions, rows);
+                return Ok(column?);
             }
             FrameRowsAt::Read(batches, _) => batches,
         };
