@@ -9,6 +9,7 @@ pub mod json;
 pub mod mtx;
 pub mod npy;
 pub mod parquet;
+pub mod parquet_sized;
 pub mod png;
 pub mod text;
 pub mod zarr;

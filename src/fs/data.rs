@@ -31,6 +31,23 @@ pub struct DataOptions {
     pub metadata_ttl: std::time::Duration,
 }
 
+/// Whether a file of about `estimated_bytes` is small: generated whole when it is opened,
+/// and when a `stat` of it is the first look at its size (`Err`: the estimate failed, and
+/// generating it reports the failure rather than a size of 0).
+pub fn small<E>(options: &DataOptions, estimated_bytes: Result<u64, E>) -> bool {
+    match estimated_bytes {
+        Ok(bytes) => bytes < options.materialize_limit,
+        Err(_) => true,
+    }
+}
+
+/// About how many bytes a file of `array`'s stored cells comes to at `cell_bytes` a cell
+/// (libtiledb's estimate of its cells, or a dense array's domain).
+pub fn estimated_bytes(array: &ArrayObject, cell_bytes: u64) -> crate::soma::Result<u64> {
+    let cells = crate::soma::estimated_cells(array, &crate::soma::Selection::default())?;
+    Ok(cells.saturating_mul(cell_bytes))
+}
+
 /// The cache key of content made from `arrays` (their snapshots) and what `describe` says
 /// of it.
 pub fn content_key<'a>(
@@ -57,11 +74,7 @@ pub fn generate_whole(
     what: &str,
     generate: impl FnOnce(&mut (dyn io::Write + Send)) -> io::Result<()>,
 ) -> FsResult<()> {
-    generate_into(cache, key, what, |file, _| {
-        let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, CountingFile(file));
-        generate(&mut out)?;
-        io::Write::flush(&mut out)
-    })
+    generate_whole_seekable(cache, key, what, |out| generate(out))
 }
 
 /// [`generate_whole`] for content that a library writes to a file it opens itself
@@ -75,8 +88,26 @@ pub fn generate_whole_at(
     generate_into(cache, key, what, |_, path| generate(path))
 }
 
+/// [`generate_whole`] for content written with seeks (sized Parquet leaves holes, which a
+/// cache file keeps sparse).
+pub fn generate_whole_seekable(
+    cache: &ContentCache,
+    key: &CacheKey,
+    what: &str,
+    generate: impl FnOnce(&mut CacheWriter) -> io::Result<()>,
+) -> FsResult<()> {
+    generate_into(cache, key, what, |file, _| {
+        let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, CountingFile(file));
+        generate(&mut out)?;
+        io::Write::flush(&mut out)
+    })
+}
+
+/// A cache file being written, buffered, that can seek.
+pub type CacheWriter<'a> = io::BufWriter<CountingFile<'a>>;
+
 /// A cache file being written, whose bytes count as the generation's progress.
-struct CountingFile<'a>(&'a File);
+pub struct CountingFile<'a>(&'a File);
 
 impl io::Write for CountingFile<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -87,6 +118,12 @@ impl io::Write for CountingFile<'_> {
 
     fn flush(&mut self) -> io::Result<()> {
         (&mut &*self.0).flush()
+    }
+}
+
+impl io::Seek for CountingFile<'_> {
+    fn seek(&mut self, to: io::SeekFrom) -> io::Result<u64> {
+        (&mut &*self.0).seek(to)
     }
 }
 

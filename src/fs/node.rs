@@ -15,7 +15,7 @@ use crate::soma::{self, spatial, ArrayObject, Objects, Selection, SomaObject, So
 use crate::tiledb::{Datatype, Member, ObjectType, Value};
 
 use super::files::{
-    Document, FileKind, H5adFile, NpyFile, PngFile, SpatialDoc, Table, TableFile, TenxFile,
+    Document, FileKind, H5adFile, NpyFile, PngFile, Shown, SpatialDoc, Table, TableFile, TenxFile,
     TenxPart, ZarrArray, ZarrChunk, ZarrDocument, ZarrGroup, ZarrNode, ZarrStore,
 };
 use super::names::file_name;
@@ -47,8 +47,10 @@ pub enum NodeKind {
     TenxBy(Arc<TenxLayer>),
     /// `10x/<layer>/by/<column>/`: the column's labels.
     TenxByColumn(Arc<TenxLayer>, String),
-    /// `slices/` of a table: its chunks, and any slice by name.
-    Slices(Table),
+    /// `slices/` of a table (no format): a directory per format, and any slice by name;
+    /// `slices/<format>/`: the table's chunks in that format (a dataset), and any slice of
+    /// that format by name.
+    Slices(Table, Option<TableFormat>),
     /// `by/` of a data frame: its enumerated columns.
     By(Arc<ArrayObject>),
     /// `by/<column>/`: the column's labels.
@@ -308,11 +310,11 @@ pub fn table_entries(table: &Table) -> Entries {
         .map(|format| {
             (
                 format!("data.{}", format.extension()),
-                file(TableFile::new(table.clone(), format)),
+                file(TableFile::new(table.clone(), format, Shown::Listed)),
             )
         })
         .collect();
-    named.push(("slices".into(), NodeKind::Slices(table.clone())));
+    named.push(("slices".into(), NodeKind::Slices(table.clone(), None)));
     named
 }
 
@@ -324,11 +326,45 @@ fn enumerated_columns(array: &ArrayObject) -> impl Iterator<Item = &soma::Column
         .filter(|c| c.enumeration.is_some())
 }
 
-/// `slices/`: the table cut into chunks of about `chunk_cells` stored cells along the first
-/// index column, each in every format.
-pub fn slices_entries(table: &Table, chunk_cells: u64) -> Entries {
+/// `slices/`: a directory per format.
+pub fn slices_entries(table: &Table) -> Entries {
+    TableFormat::ALL
+        .into_iter()
+        .map(|format| {
+            let dir = NodeKind::Slices(table.clone(), Some(format));
+            (format.extension().to_owned(), dir)
+        })
+        .collect()
+}
+
+/// The fewest cells a chunk of `slices/` is cut to so that it stays below
+/// `--materialize-limit`: a lower limit leaves chunks of `--chunk-cells`, above the limit.
+const MIN_CHUNK_CELLS: u64 = 4096;
+
+/// `slices/<format>/`: the table cut along its first index column into chunks of about
+/// `chunk_cells` stored cells, and fewer where a chunk in the format with the widest rows
+/// would be estimated at `materialize_limit` or more. Every format's directory lists the
+/// same chunks, and each chunk is small enough that a `stat` generates it, unless the limit
+/// would cut chunks below [`MIN_CHUNK_CELLS`] or the first index column is not an integer
+/// (the whole table is then one chunk, which only an estimate below the limit generates).
+pub fn slices_format_entries(
+    table: &Table,
+    format: TableFormat,
+    chunk_cells: u64,
+    materialize_limit: u64,
+) -> Entries {
     let array = table.array();
     let kinds = column_kinds(array);
+    let schema = array.schema.arrow();
+    let widest_row = (TableFormat::ALL.into_iter())
+        .map(|f| f.estimated_row_bytes(&schema))
+        .max()
+        .unwrap_or(1);
+    let below_limit = materialize_limit / widest_row;
+    let (chunk_cells, shown) = match below_limit >= MIN_CHUNK_CELLS {
+        true => (chunk_cells.min(below_limit), Shown::Chunk),
+        false => (chunk_cells, Shown::Listed),
+    };
     let chunks: Vec<SliceRange> = match soma::chunks(array, chunk_cells) {
         Err(e) => return error_entries(&e.to_string()),
         Ok(Some(chunks)) => chunks
@@ -342,18 +378,20 @@ pub fn slices_entries(table: &Table, chunk_cells: u64) -> Entries {
         Ok(None) if array.non_empty_domain.iter().any(Option::is_none) => Vec::new(),
         Ok(None) => vec![SliceRange::All],
     };
-    let mut named = Vec::new();
-    for chunk in chunks {
-        for format in TableFormat::ALL {
+    chunks
+        .into_iter()
+        .map(|chunk| {
+            let shown = if chunk == SliceRange::All {
+                Shown::Listed
+            } else {
+                shown
+            };
             let mut ranges = vec![SliceRange::All; kinds.len()];
-            ranges[0] = chunk.clone();
+            ranges[0] = chunk;
             let slice = SliceName { ranges, format };
-            if let Some(file) = slice_file(table, &slice) {
-                named.push((slice_name::format(&slice), file));
-            }
-        }
-    }
-    named
+            (slice_name::format(&slice), slice_file(table, &slice, shown))
+        })
+        .collect()
 }
 
 /// The kind of each index column, for slice names.
@@ -371,14 +409,18 @@ fn column_kinds(array: &ArrayObject) -> Vec<ColumnKind> {
         .collect()
 }
 
-/// The file a slice name in `slices/` stands for, if it is one.
-pub fn slice_by_name(table: &Table, name: &str) -> Option<NodeKind> {
+/// The file a slice name stands for in `slices/` (any format) or `slices/<format>/` (that
+/// format only), if it is one.
+pub fn slice_by_name(table: &Table, format: Option<TableFormat>, name: &str) -> Option<NodeKind> {
     let slice = slice_name::parse(name, &column_kinds(table.array()))?;
-    slice_file(table, &slice)
+    if format.is_some_and(|f| f != slice.format) {
+        return None;
+    }
+    Some(slice_file(table, &slice, Shown::ByName))
 }
 
 /// A slice of a table as a file: its ranges on top of the table's own selection, clipped.
-fn slice_file(table: &Table, slice: &SliceName) -> Option<NodeKind> {
+fn slice_file(table: &Table, slice: &SliceName, shown: Shown) -> NodeKind {
     let array = table.array();
     let mut selection = table.selection.clone();
     selection
@@ -398,7 +440,7 @@ fn slice_file(table: &Table, slice: &SliceName) -> Option<NodeKind> {
         array: table.array.clone(),
         selection: selection.clipped_to(array),
     };
-    Some(file(TableFile::new(table, slice.format)))
+    file(TableFile::new(table, slice.format, shown))
 }
 
 /// `by/`: the enumerated columns of a data frame.

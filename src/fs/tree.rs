@@ -311,7 +311,7 @@ impl Tree {
     /// Answers a `stat` of an inode. A data file whose size is not known yet is answered
     /// once it is, when it is being generated for a reader (the size-trusting readers,
     /// DuckDB and polars, open a file and then `fstat` it), or when a `stat` generates it
-    /// ([`FileKind::generated_on_stat`]: `fread`, `tar` and `rsync` take sizes from `stat`
+    /// ([`FileKind::sized_on_stat`]: `fread`, `tar` and `rsync` take sizes from `stat`
     /// before they open); otherwise at once, with size 0.
     pub fn stat(&self, ino: Ino, answer: AttrAnswer) {
         match self.node(ino) {
@@ -335,7 +335,7 @@ impl Tree {
             });
         }
         let file = match &node.kind {
-            NodeKind::File(file) if file.generated_on_stat(&self.files) => file.clone(),
+            NodeKind::File(file) if file.sized_on_stat(&self.files) => file.clone(),
             _ => return answer(Ok(attr)),
         };
         let answer = Arc::new(Mutex::new(Some(answer)));
@@ -343,7 +343,7 @@ impl Tree {
         self.on_request_pool(
             move |tree| {
                 let generated = crate::sync::catch_panic(|| {
-                    activity::named(&node.path, || file.generate(&tree.files))
+                    activity::named(&node.path, || file.settle_size(&tree.files))
                 })
                 .unwrap_or_else(|panic| Err(FsError::io("generating on stat", panic)));
                 if let Some(answer) = answer.lock().recover().take() {
@@ -444,14 +444,14 @@ impl Tree {
             return Ok(self.status.clone());
         }
         // A slice can be opened by name without being listed.
-        let NodeKind::Slices(table) = &parent.kind else {
+        let NodeKind::Slices(table, format) = &parent.kind else {
             return Err(FsError::NotFound);
         };
         let mut found = parent.found.lock().recover();
         if let Some(node) = found.get(name).and_then(Weak::upgrade) {
             return Ok(node);
         }
-        let kind = node::slice_by_name(table, name).ok_or(FsError::NotFound)?;
+        let kind = node::slice_by_name(table, *format, name).ok_or(FsError::NotFound)?;
         let node = self.new_node(&parent.path, name, kind);
         // Names the kernel forgot leave their nodes behind only as dead links: swept
         // whenever the map has doubled.
@@ -655,10 +655,15 @@ impl Tree {
                 }
             }
             NodeKind::Broken(message) => (None, node::error_entries(message)),
-            NodeKind::Slices(table) => (
-                None,
-                node::slices_entries(table, self.files.options.chunk_cells),
-            ),
+            NodeKind::Slices(table, None) => (None, node::slices_entries(table)),
+            NodeKind::Slices(table, Some(format)) => {
+                let options = &self.files.options;
+                let (cells, limit) = (options.chunk_cells, options.materialize_limit);
+                (
+                    None,
+                    node::slices_format_entries(table, *format, cells, limit),
+                )
+            }
             NodeKind::By(object) => (None, node::by_entries(object)),
             NodeKind::ByColumn(object, column) => (None, node::by_column_entries(object, column)),
             NodeKind::ByValue(table) => (None, node::table_entries(table)),

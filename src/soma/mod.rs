@@ -18,4 +18,4 @@ pub use error::{Error, Result};
 pub use object::{shows_the_past, ArrayObject, GroupObject, Objects, SomaObject, SomaType, Store};
 pub use reader::{dense_values, BatchReader, ReadAhead, Selection, BATCH_BYTES};
 pub use schema::{arrow_type, Column, SomaSchema};
-pub use slice::{chunks, estimated_cells};
+pub use slice::{chunks, counted_cells, estimated_cells};

@@ -239,6 +239,30 @@ fn tile_unit(array: &ArrayObject, ranges: &[Vec<(Value, Value)>]) -> Option<Tile
 }
 
 /// The cells that integer ranges select (one list per dimension, each filled), if countable.
+/// The ranges a read of `selection` reads, one list per index column: a dense array's
+/// empty ones filled in with the current domain (a dense read needs a subarray).
+fn read_ranges(array: &ArrayObject, selection: &Selection) -> Vec<Vec<(Value, Value)>> {
+    let mut ranges = selection.ranges.clone();
+    ranges.resize(array.schema.index_columns().count(), Vec::new());
+    if array.schema.dense {
+        for (r, c) in ranges.iter_mut().zip(array.schema.index_columns()) {
+            if r.is_empty() {
+                if let Some(domain) = &c.domain {
+                    r.push(domain.clone());
+                }
+            }
+        }
+    }
+    ranges
+}
+
+/// The rows a read of `selection` of a dense array returns, without a condition: every
+/// cell of its ranges. `None` for a sparse array, or when they cannot be counted.
+pub fn dense_rows(array: &ArrayObject, selection: &Selection) -> Option<u64> {
+    let unconditional = selection.equals.is_none();
+    (array.schema.dense && unconditional).then(|| selected_cells(&read_ranges(array, selection)))?
+}
+
 fn selected_cells(ranges: &[Vec<(Value, Value)>]) -> Option<u64> {
     let mut cells: u128 = 1;
     for dim_ranges in ranges {
@@ -338,19 +362,7 @@ impl BatchReader {
             })
             .cloned()
             .collect();
-        let index_columns = array.schema.index_columns().count();
-        let mut ranges: Vec<Vec<(Value, Value)>> = selection.ranges.clone();
-        ranges.resize(index_columns, Vec::new());
-        if array.schema.dense {
-            // Dense reads need a subarray: default to the current domain.
-            for (r, c) in ranges.iter_mut().zip(array.schema.index_columns()) {
-                if r.is_empty() {
-                    if let Some(domain) = &c.domain {
-                        r.push(domain.clone());
-                    }
-                }
-            }
-        }
+        let mut ranges = read_ranges(array, selection);
         let label_condition = match &selection.equals {
             Some((name, label)) => {
                 // The label in the enumeration's own type: text, or a native value.
@@ -463,7 +475,7 @@ impl BatchReader {
                 let sorter = BandSorter {
                     extent,
                     origin,
-                    key_columns: index_columns - 1,
+                    key_columns: ranges.len() - 1,
                     band: None,
                     pending: Vec::new(),
                 };

@@ -224,6 +224,25 @@ pub fn estimated_cells(array: &ArrayObject, selection: &Selection) -> super::Res
     Ok(estimate.min(all).ceil() as u64)
 }
 
+/// Exactly how many rows a read of `selection` of an ND array returns, without reading a
+/// cell value: a dense array's, every cell of its ranges; a sparse array's, counted by
+/// libtiledb from the coordinates ([`tiledb::count_cells`]). `None` for other arrays.
+pub fn counted_cells(array: &ArrayObject, selection: &Selection) -> super::Result<Option<u64>> {
+    use super::SomaType::{DenseNDArray, SparseNDArray};
+    if selection.equals.is_some() {
+        return Ok(None);
+    }
+    match array.soma_type {
+        DenseNDArray => Ok(super::reader::dense_rows(array, selection)),
+        SparseNDArray if selection.is_empty() => Ok(Some(0)),
+        SparseNDArray => Ok(Some(tiledb::count_cells(
+            array.handle()?,
+            &selection.ranges,
+        )?)),
+        _ => Ok(None),
+    }
+}
+
 /// The first index column's ranges of chunks of about `chunk_cells` stored cells each,
 /// covering every stored cell; `None` when the first column is not an integer.
 ///

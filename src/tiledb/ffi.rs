@@ -620,6 +620,10 @@ extern "C" {
         ctx: *mut tiledb_ctx_t,
         op: *mut *const tiledb_channel_operator_t,
     ) -> capi_return_t;
+    pub fn tiledb_aggregate_count_get(
+        ctx: *mut tiledb_ctx_t,
+        operation: *mut *const tiledb_channel_operation_t,
+    ) -> capi_return_t;
     pub fn tiledb_query_get_default_channel(
         ctx: *mut tiledb_ctx_t,
         query: *mut tiledb_query_t,

@@ -32,8 +32,8 @@ pub use error::{Error, Result};
 pub use group::{Group, Member};
 pub use metadata::{Metadata, MetadataValue};
 pub use query::{
-    estimated_cells, null_counts, nulls_countable, Batch, BatchSizing, CellEstimate, ColumnData,
-    ColumnSpec, Layout, QueryCondition, ReadQuery, TileUnit,
+    count_cells, estimated_cells, null_counts, nulls_countable, Batch, BatchSizing, CellEstimate,
+    ColumnData, ColumnSpec, Layout, QueryCondition, ReadQuery, TileUnit,
 };
 
 mod error;

@@ -234,9 +234,10 @@ pub fn nulls_countable(datatype: Datatype, cell_val_num: u32) -> bool {
     )
 }
 
-/// A column's null count, which libtiledb writes once the query has read everything.
-struct NullCount {
-    column: String,
+/// A count that libtiledb writes once the query has read everything: a column's nulls, or
+/// the cells read (no column).
+struct Count {
+    column: Option<String>,
     /// The aggregate's output field: a name no column has (TileDB reserves `__`).
     output: CString,
     count: Box<u64>,
@@ -248,7 +249,7 @@ pub struct ReadQuery {
     // Field order matters: the query is freed before the buffers it points into.
     query: Query,
     columns: Vec<ColumnBuffers>,
-    null_counts: Vec<NullCount>,
+    counts: Vec<Count>,
     _array: Arc<Array>,
     done: bool,
     sizing: BatchSizing,
@@ -306,7 +307,7 @@ impl ReadQuery {
         let mut query = ReadQuery {
             query,
             columns,
-            null_counts: Vec::new(),
+            counts: Vec::new(),
             _array: array,
             done: false,
             sizing,
@@ -395,10 +396,10 @@ impl ReadQuery {
                 }
             }
         }
-        for n in &mut self.null_counts {
+        for n in &mut self.counts {
             *n.count_size = 8;
             // SAFETY: as for the columns: the name and the boxed count and size live in
-            // `self.null_counts` until the query is freed; libtiledb writes at most 8 bytes.
+            // `self.counts` until the query is freed; libtiledb writes at most 8 bytes.
             unsafe {
                 tiledb_call!(
                     &ctx,
@@ -422,17 +423,10 @@ impl ReadQuery {
     pub fn count_nulls(&mut self, names: &[&str]) -> Result<()> {
         let ctx = self.query.context().clone();
         let mut operator = ptr::null();
-        let mut raw = ptr::null_mut();
-        // SAFETY: `operator` and `raw` are locals; the operator is a constant of libtiledb
-        // (never freed); the channel handle stored in `raw` is taken over by the wrapper.
-        let channel = unsafe {
-            tiledb_call!(&ctx, tiledb_channel_operator_null_count_get(&mut operator))?;
-            tiledb_call!(
-                &ctx,
-                tiledb_query_get_default_channel(self.query.as_ptr(), &mut raw)
-            )?;
-            Channel::from_raw(&ctx, raw)?
-        };
+        // SAFETY: `operator` is a local; the operator is a constant of libtiledb (never
+        // freed).
+        unsafe { tiledb_call!(&ctx, tiledb_channel_operator_null_count_get(&mut operator)) }?;
+        let channel = self.default_channel()?;
         for name in names {
             let column = c_string(name)?;
             let output = c_string(&format!("__null_count_{name}"))?;
@@ -459,8 +453,8 @@ impl ReadQuery {
                     )
                 )?;
             }
-            self.null_counts.push(NullCount {
-                column: (*name).to_owned(),
+            self.counts.push(Count {
+                column: Some((*name).to_owned()),
                 output,
                 count: Box::new(0),
                 count_size: Box::new(8),
@@ -469,15 +463,61 @@ impl ReadQuery {
         Ok(())
     }
 
+    /// Counts the cells the query reads, for [`ReadQuery::cell_count`] once it has read
+    /// them all. Called before the first batch.
+    pub fn count_cells(&mut self) -> Result<()> {
+        let ctx = self.query.context().clone();
+        let channel = self.default_channel()?;
+        let output = c_string("__count")?;
+        let mut operation = ptr::null();
+        // SAFETY: `operation` is a local; the COUNT operation is a constant of libtiledb
+        // (never freed); the channel is live and the output name outlives the call.
+        unsafe {
+            tiledb_call!(&ctx, tiledb_aggregate_count_get(&mut operation))?;
+            tiledb_call!(
+                &ctx,
+                tiledb_channel_apply_aggregate(channel.as_ptr(), output.as_ptr(), operation)
+            )?;
+        }
+        self.counts.push(Count {
+            column: None,
+            output,
+            count: Box::new(0),
+            count_size: Box::new(8),
+        });
+        Ok(())
+    }
+
+    /// The query's default channel, where aggregates are applied.
+    fn default_channel(&self) -> Result<Channel> {
+        let ctx = self.query.context();
+        let mut raw = ptr::null_mut();
+        // SAFETY: the query is live; the channel handle stored in `raw` is taken over by the
+        // wrapper.
+        unsafe {
+            tiledb_call!(
+                ctx,
+                tiledb_query_get_default_channel(self.query.as_ptr(), &mut raw)
+            )?;
+            Channel::from_raw(ctx, raw)
+        }
+    }
+
     /// The null count of each column [`ReadQuery::count_nulls`] named, once the query has
     /// returned everything (`None` before).
     pub fn null_counts(&self) -> Option<Vec<(String, u64)>> {
         self.done.then(|| {
-            self.null_counts
-                .iter()
-                .map(|n| (n.column.clone(), *n.count))
+            (self.counts.iter())
+                .filter_map(|n| Some((n.column.clone()?, *n.count)))
                 .collect()
         })
+    }
+
+    /// The cells read, when [`ReadQuery::count_cells`] asked for them, once the query has
+    /// returned everything (`None` before).
+    pub fn cell_count(&self) -> Option<u64> {
+        let counted = self.counts.iter().find(|n| n.column.is_none());
+        counted.filter(|_| self.done).map(|n| *n.count)
     }
 
     /// Doubles every capacity: a batch did not fit even one cell.
@@ -709,6 +749,26 @@ pub fn null_counts(array: Arc<Array>, names: &[&str]) -> Result<Vec<(String, u64
     query
         .null_counts()
         .ok_or_else(|| Error::new("a read of null counts ended early"))
+}
+
+/// The cells of the sparse `array` within `ranges` (one list per dimension, empty for all
+/// of it), exactly as a read returns them: each once however many fragments hold it, and
+/// deleted cells left out. A query of a COUNT aggregate alone: libtiledb takes the count
+/// of a data tile the ranges cover whole from its fragment's metadata, but its
+/// global-order reader still reads the coordinate tiles; it reads no attribute.
+pub fn count_cells(array: Arc<Array>, ranges: &[Vec<(Value, Value)>]) -> Result<u64> {
+    let sizing = BatchSizing {
+        bytes: 0,
+        expected_cells: 0,
+        unit: None,
+        starts_small: false,
+    };
+    let mut query = ReadQuery::new(array, Layout::GlobalOrder, ranges, &[], None, sizing)?;
+    query.count_cells()?;
+    while query.next_batch()?.is_some() {}
+    query
+        .cell_count()
+        .ok_or_else(|| Error::new("a count of cells ended early"))
 }
 
 /// An estimate of the cells of a read: how many, and whether exactly.

@@ -553,24 +553,28 @@ def test_tenx_joinid_barcodes_and_gene_names(fixtures_dir, mounts):
     assert (d / "genes.tsv").read_text() == "".join(f"ID{i}\tN{i}\tGene Expression\n" for i in range(6))
 
 
-def test_tenx_sizes_on_a_fresh_mount(fixtures_dir, mount):
-    """Before their first open the 10x files stat as 0 (not generated; `ls -l` and stat
-    generate nothing); open generates them whole, so fstat is exact at once."""
-    with mount(fixtures_dir / "legacy") as mp:
+@pytest.mark.parametrize("limit", [None, "0"])
+def test_tenx_sizes_on_a_fresh_mount(fixtures_dir, mount, limit):
+    """LAYOUT, "Sizes and reads": the 10x files are small (below the default
+    --materialize-limit), so their first stat (`ls -l`) generates them and reports their
+    exact size. Above the limit (--materialize-limit 0) a stat generates nothing and
+    reports 0; an open generates them whole, so fstat is exact at once."""
+    args = () if limit is None else ("--materialize-limit", limit)
+    with mount(fixtures_dir / "legacy", *args) as mp:
         d = Path(mp) / "noncontig" / "ms" / "RNA" / "10x" / "counts"
         bd = d / "by" / "cluster" / "alpha"
         problems = []
         paths = [d / n for n in sorted(TENX_FILES)] + [bd / n for n in sorted(TENX_FILES)]
-        # ls -l and stat of everything first: nothing is generated yet.
+        # ls -l and stat of everything first.
         subprocess.run(["ls", "-lR", str(d)], capture_output=True, timeout=30, check=True)
-        for p in paths:
-            st = os.stat(p).st_size
-            if st != 0:
-                problems.append(f"{p.relative_to(mp)}: stat before the first open says {st}, expected 0")
+        stated = {p: os.stat(p).st_size for p in paths}
         for p in paths:
             with open(p, "rb") as f:
                 fst = os.fstat(f.fileno()).st_size
                 data = f.read()
+            want_stated = len(data) if limit is None else 0
+            if stated[p] != want_stated:
+                problems.append(f"{p.relative_to(mp)}: stat before the first open says {stated[p]}, expected {want_stated}")
             if fst != len(data):
                 problems.append(f"{p.relative_to(mp)}: fstat after open {fst}, content {len(data)}")
             if os.stat(p).st_size != len(data):

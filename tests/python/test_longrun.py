@@ -557,7 +557,7 @@ class SoakRun:
     def listed_chunk(self, reader: int, rng: random.Random) -> Spec | None:
         array = rng.choice(["obs", "X"])
         try:
-            names = os.listdir(self.root / array / "slices")
+            names = ts.list_slices(self.root / array)
         except OSError as e:
             self.error(f"reader {reader}: listing {array}/slices: {e!r}")
             return None

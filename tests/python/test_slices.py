@@ -336,6 +336,25 @@ def check_file_against(path: Path, ref: Ref, probs: Problems):
 # chunks
 
 
+def list_slices(d: Path) -> list[str]:
+    """The chunk files of an array directory's slices/, as one listing of names `A-B.<ext>`.
+    slices/ lists one directory per format (LAYOUT.md, "Slices and datasets"), each holding
+    the chunks in its own format only, the same chunks in each."""
+    top = sorted(os.listdir(d / "slices"))
+    assert top == sorted(FORMATS), f"{d}/slices lists {top}, expected a directory per format"
+    names, stems = [], {}
+    for fmt in FORMATS:
+        assert (d / "slices" / fmt).is_dir(), f"{d}/slices/{fmt} is not a directory"
+        listed = os.listdir(d / "slices" / fmt)
+        other = [n for n in listed if not n.endswith(f".{fmt}")]
+        assert not other, f"{d}/slices/{fmt} lists files of another format: {other[:10]}"
+        stems[fmt] = sorted(n[: -len(fmt) - 1] for n in listed)
+        names += listed
+    differ = {fmt: s[:10] for fmt, s in stems.items() if s != stems[FORMATS[0]]}
+    assert not differ, f"{d}/slices: the format directories list other chunks: {differ} vs {stems[FORMATS[0]][:10]}"
+    return names
+
+
 def parse_listing(names: list[str]) -> tuple[dict, list[str]]:
     """{stem: set(exts)} of a slices/ listing, and the names that are no chunk file."""
     stems: dict = {}
@@ -412,7 +431,7 @@ def check_chunks_concatenate(d: Path, chunks, first_col: str, probs: Problems):
             continue
         parts = []
         for a, b, stem in chunks:
-            data = read_data_file(d / "slices" / f"{stem}.{fmt}", probs)
+            data = read_data_file(d / "slices" / fmt / f"{stem}.{fmt}", probs)
             if data is None:
                 parts = None
                 break
@@ -503,7 +522,7 @@ def test_chunks_concatenate_to_data_files(store, fixtures_dir, chunked):
         d = mp.joinpath(*node.relpath)
         probs = Problems(node.display)
         try:
-            names = os.listdir(d / "slices")
+            names = list_slices(d)
         except OSError as e:
             problems.append(f"{node.display}: ls slices/: {e}")
             continue
@@ -521,10 +540,10 @@ def test_chunking_does_something(fixtures_dir, chunked):
     """The fragmented fixtures are cut into several chunks with a small --chunk-cells."""
     mp = Path(chunked("hand"))
     for display, at_least in (("edge/frag_sparse", 10), ("ms/RNA/X/data", 5), ("obs", 2), ("edge/labels", 2), ("edge/frag_dense", 2)):
-        stems, _ = parse_listing(os.listdir(mp / display / "slices"))
+        stems, _ = parse_listing(list_slices(mp / display))
         assert len(stems) >= at_least, f"{display}: {len(stems)} chunks with --chunk-cells 50: {sorted(stems)}"
     big = Path(chunked("big"))
-    stems, _ = parse_listing(os.listdir(big / "X" / "slices"))
+    stems, _ = parse_listing(list_slices(big / "X"))
     assert 3 <= len(stems) <= 50, f"big/X: {len(stems)} chunks of about 400000 of 3.2M cells: {sorted(stems)}"
 
 
@@ -534,7 +553,7 @@ def test_default_chunk_cells_one_chunk(fixtures_dir, mount):
     equals the whole data file."""
     with mount(fixtures_dir / "hand") as mp:
         d = Path(mp) / "edge" / "labels"
-        stems, bad = parse_listing(os.listdir(d / "slices"))
+        stems, bad = parse_listing(list_slices(d))
         assert not bad and set(stems) == {"-30-29"}, sorted(stems)
         for fmt in FORMATS:
             assert (d / "slices" / f"-30-29.{fmt}").read_bytes() == (d / f"data.{fmt}").read_bytes(), fmt
@@ -866,7 +885,7 @@ def test_by_files_match_value_filter(store, fixtures_dir, chunked):
                     check_file_against(ld / f"data.{fmt}", want, probs)
                 # its slices/: chunks cover its rows and concatenate to its data files
                 try:
-                    names = os.listdir(ld / "slices")
+                    names = list_slices(ld)
                 except OSError as e:
                     probs.add(f"ls slices/: {e}")
                 else:
@@ -930,7 +949,7 @@ BAD_INT_2D = [
     "1.5.csv", "1e3.csv", "0x10.csv", " 1.csv", "1 .csv", "1-.csv", "-.csv", "--1.csv", "1--.csv", ".csv", ",.csv",
     "1,.csv", ",1.csv", "1,,2.csv", "**.csv", "*-3.csv", "3-*.csv", "a.csv", "1.txt", "1.csv.gz", "1.CSV", "1", "1.",
     "%31.csv", "1-2-3.csv", "1--1.csv", "5-4.parquet", "5-4.jsonl", "5-4.tsv", "1,*-*.csv", "1;2.csv", "1 - 2.csv",
-    "1-2 .csv", "1-2,3-1.jsonl", "csv", "1..csv",
+    "1-2 .csv", "1-2,3-1.jsonl", "CSV", "xml", "1..csv",
 ]
 BAD_STR_1D = [
     "%41.csv", "%2c.csv", "x%2cy.csv", "a%2.csv", "a%.csv", "%.csv", "%2A%2A.csv", "%2Ax.csv", "%00x.csv", "a%00.csv",
@@ -966,6 +985,11 @@ BAD_BY = [
     "ms/RNA/X/data/by",  # SparseNDArray: no by/
     "ms/RNA/var/by",  # no enumerated column
     "edge/labels/slices/data.csv",
+    # slices/<format>/ opens slices of its own format only
+    "ms/RNA/X/data/slices/csv/1.tsv",
+    "ms/RNA/X/data/slices/parquet/0-9,*.csv",
+    "ms/RNA/X/data/slices/jsonl/9-3.jsonl",
+    "ms/RNA/X/data/slices/tsv/csv",
 ]
 
 

@@ -5,8 +5,9 @@
 //! varp and uns.
 //!
 //! An HDF5 file cannot be streamed (libhdf5 writes its metadata last, wherever it likes), so
-//! it is generated whole when opened, and by a `stat` with `--exact-sizes`, into the cache;
-//! its size is known once it is there. Matrices go from the TileDB read into the HDF5
+//! it is generated whole when opened, and by a `stat` when it is estimated below
+//! `--materialize-limit` or with `--exact-sizes`, into the cache; its size is known once it
+//! is there. Matrices go from the TileDB read into the HDF5
 //! datasets batch by batch: what a generation holds is a batch, a chunk or block per dataset,
 //! and a few numbers per cell and gene (join ids, positions, entries per row).
 
@@ -28,7 +29,7 @@ use crate::soma::{ArrayObject, Selection, SomaType};
 use crate::tiledb::{MetadataValue, Value};
 
 use super::super::cache::CacheKey;
-use super::super::data::{content_key, generate_whole_at, open_generated};
+use super::super::data::{content_key, estimated_bytes, generate_whole_at, open_generated, small};
 use super::super::error::FsResult;
 use super::super::names::file_name;
 use super::super::open_file::OpenFile;
@@ -76,6 +77,9 @@ pub(super) fn measurement_key(
     })
 }
 
+/// About how many bytes a value and its index take in an h5ad file, to estimate its size.
+const H5AD_VALUE_BYTES: u64 = 8;
+
 /// A measurement (or one category of its cells) as an h5ad file.
 #[derive(Debug)]
 pub struct H5adFile {
@@ -105,6 +109,22 @@ impl H5adFile {
             "{} measurement {} as h5ad ({:?})",
             self.experiment.obs.uri, self.measurement.name, self.category
         )
+    }
+
+    /// About how many bytes the file comes to: every value of every array it is read from,
+    /// and an index beside each (a category's cells are not counted before they are read).
+    fn estimated_bytes(&self) -> crate::soma::Result<u64> {
+        let arrays = std::iter::once(&*self.experiment.obs).chain(self.measurement.arrays());
+        arrays
+            .map(|a| estimated_bytes(a, H5AD_VALUE_BYTES * a.schema.columns.len() as u64))
+            .sum()
+    }
+
+    /// Generates the file whole into the cache.
+    fn generate(&self, cx: &FileContext) -> FsResult<()> {
+        generate_whole_at(&cx.options.cache, &self.key, &self.what(), |path| {
+            self.write(path)
+        })
     }
 
     /// Writes the AnnData to a new HDF5 file at `path`.
@@ -204,16 +224,14 @@ impl FileKind for H5adFile {
         open_generated(&cx.options.cache, &self.key, &self.what())
     }
 
-    /// Only with `--exact-sizes`: a stat (`ls -l anndata/`) would otherwise generate every
-    /// measurement.
-    fn generated_on_stat(&self, cx: &FileContext) -> bool {
-        cx.options.exact_sizes
+    /// A small file, or any with `--exact-sizes`: `ls -l anndata/` generates the small
+    /// measurements and leaves the large ones for their first open.
+    fn sized_on_stat(&self, cx: &FileContext) -> bool {
+        cx.options.exact_sizes || small(&cx.options, self.estimated_bytes())
     }
 
-    fn generate(&self, cx: &FileContext) -> FsResult<()> {
-        generate_whole_at(&cx.options.cache, &self.key, &self.what(), |path| {
-            self.write(path)
-        })
+    fn settle_size(&self, cx: &FileContext) -> FsResult<()> {
+        self.generate(cx)
     }
 }
 

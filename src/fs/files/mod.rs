@@ -27,7 +27,7 @@ pub use h5ad::H5adFile;
 pub use npy::NpyFile;
 pub use png::PngFile;
 pub use status::{describe_status, StatusFile, TreeCounts, STATUS_NAME};
-pub use table::{Table, TableFile};
+pub use table::{Shown, Table, TableFile};
 pub use tenx::{TenxFile, TenxPart};
 pub use zarr::{ZarrArray, ZarrChunk, ZarrDocument, ZarrGroup, ZarrNode, ZarrStore};
 
@@ -47,13 +47,15 @@ pub trait FileKind: fmt::Debug + Send + Sync {
     /// Opens it for reading.
     fn open(&self, cx: &FileContext) -> FsResult<OpenFile>;
 
-    /// Whether a `stat` generates it to answer its exact size ([`FileKind::generate`]).
-    fn generated_on_stat(&self, _cx: &FileContext) -> bool {
+    /// Whether a `stat` that finds its size not known yet makes it known before answering
+    /// ([`FileKind::settle_size`]), rather than answering size 0 at once.
+    fn sized_on_stat(&self, _cx: &FileContext) -> bool {
         false
     }
 
-    /// Generates it whole into the cache (for a `stat` that waits for its size).
-    fn generate(&self, _cx: &FileContext) -> FsResult<()> {
+    /// Makes its exact size known, for a `stat` that waits for it: generates it whole into
+    /// the cache, or counts what its size follows from.
+    fn settle_size(&self, _cx: &FileContext) -> FsResult<()> {
         Ok(())
     }
 }

@@ -4,20 +4,35 @@
 //! A table is generated from a TileDB read into the cache. Opening one generates it whole
 //! first when it is small (estimated below `--materialize-limit`), Parquet (its footer comes
 //! last), or with `--exact-sizes`; otherwise it streams while a generator writes it. A
-//! `stat` generates an array's whole-array files when they are small, and any table with
-//! `--exact-sizes`, for the tools that size from `stat` before they open.
+//! `stat` of a listed table generates it when it is small, and a chunk of `slices/` always
+//! (chunks are cut small), so that tools that size from a listing or a `stat` (`fread`,
+//! `tar`, polars and Spark over a directory) get every byte; a slice opened by name, never
+//! listed, only with `--exact-sizes`.
+//!
+//! The Parquet of an ND array is sized ([`SizedParquet`]): its columns are fixed-width and
+//! never null, so its layout, and with it its size, follows from its row count: every cell
+//! of a dense array's ranges, and a sparse array's as libtiledb counts them from the
+//! coordinates alone. A `stat` counts the rows and answers the
+//! exact size without generating the file, so listing `slices/parquet/` reads no cell
+//! value; the file is generated in that layout when it is opened.
 
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use crate::format::parquet_sized::SizedParquet;
 use crate::format::{self, TableFormat};
-use crate::soma::{estimated_cells, ArrayObject, BatchReader, ReadAhead, Selection, BATCH_BYTES};
+use crate::soma::SomaType::{DenseNDArray, SparseNDArray};
+use crate::soma::{
+    counted_cells, estimated_cells, ArrayObject, BatchReader, ReadAhead, Selection, BATCH_BYTES,
+};
 
 use arrow_array::RecordBatch;
 
 use super::super::activity;
 use super::super::cache::CacheKey;
-use super::super::data::{content_key, generate_whole, open_generated};
+use super::super::data::{
+    content_key, generate_whole, generate_whole_seekable, open_generated, small, CacheWriter,
+};
 use super::super::error::{FsError, FsResult};
 use super::super::open_file::{OpenFile, Stream};
 use super::{FileContext, FileKind};
@@ -35,21 +50,83 @@ impl Table {
     }
 }
 
+/// How a table file is shown, which decides whether a `stat` generates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    /// Listed by a directory (`data.<ext>`, a category's): a `stat` generates it when it is
+    /// estimated below `--materialize-limit`.
+    Listed,
+    /// A chunk of `slices/<format>/`, cut to stay below `--materialize-limit`: a `stat`
+    /// generates it.
+    Chunk,
+    /// A slice opened by name, never listed: a `stat` generates it only with
+    /// `--exact-sizes` (a look by name is no listing, and `stat`s of many names, as
+    /// `find` sends, would generate each).
+    ByName,
+}
+
 /// A table in a format.
 #[derive(Debug)]
 pub struct TableFile {
     table: Table,
     format: TableFormat,
+    shown: Shown,
+    /// Whether the file is sized Parquet (see the module's notes).
+    sized: bool,
+    /// The layout of sized Parquet, once its rows are counted.
+    layout: OnceLock<SizedParquet>,
     key: CacheKey,
 }
 
 impl TableFile {
-    pub fn new(table: Table, format: TableFormat) -> TableFile {
+    pub fn new(table: Table, format: TableFormat, shown: Shown) -> TableFile {
+        let array = table.array();
+        let sized = format == TableFormat::Parquet
+            && matches!(array.soma_type, SparseNDArray | DenseNDArray)
+            && table.selection.columns.is_none()
+            && SizedParquet::of(&array.schema.arrow(), 0).is_some();
         let key = content_key([table.array()], |digest| {
             digest.text(format.extension());
+            if sized {
+                digest.text("sized");
+            }
             table.selection.digest_into(digest);
         });
-        TableFile { table, format, key }
+        TableFile {
+            table,
+            format,
+            shown,
+            sized,
+            layout: OnceLock::new(),
+            key,
+        }
+    }
+
+    /// The layout of sized Parquet: its rows counted the first time it is asked for.
+    fn layout(&self) -> FsResult<&SizedParquet> {
+        if let Some(layout) = self.layout.get() {
+            return Ok(layout);
+        }
+        let array = self.table.array();
+        let counted =
+            counted_cells(array, &self.table.selection).map_err(|e| FsError::io(self.what(), e))?;
+        let layout = counted
+            .and_then(|rows| SizedParquet::of(&array.schema.arrow(), rows))
+            .ok_or_else(|| FsError::io(self.what(), "not sized Parquet"))?;
+        // Another count may have finished first: both counted the same snapshot.
+        Ok(self.layout.get_or_init(|| layout))
+    }
+
+    /// Writes sized Parquet in `layout` into `out`, the table's rows read as they are
+    /// written.
+    fn write_sized(&self, layout: &SizedParquet, out: &mut CacheWriter) -> io::Result<()> {
+        let mut reader = self.read()?;
+        if reader.schema() != self.table.array().schema.arrow() {
+            return Err(io::Error::other(
+                "the read's columns are not the schema's: not sized Parquet",
+            ));
+        }
+        layout.write(|| counted(&mut reader), out)
     }
 
     /// About how many bytes the file comes to.
@@ -78,6 +155,22 @@ impl TableFile {
         )
     }
 
+    /// Generates the file whole into the cache.
+    fn generate(&self, cx: &FileContext) -> FsResult<()> {
+        let (cache, what) = (&cx.options.cache, self.what());
+        if self.sized {
+            let layout = self.layout()?;
+            return generate_whole_seekable(cache, &self.key, &what, |out| {
+                self.write_sized(layout, out)
+            });
+        }
+        generate_whole(cache, &self.key, &what, |out| {
+            let mut reader = self.read()?;
+            let schema = reader.schema();
+            format::write_table(self.format, schema, || counted(&mut reader), out)
+        })
+    }
+
     /// Starts reading the table on a thread of its own.
     fn read(&self) -> crate::soma::Result<ReadAhead> {
         let table = &self.table;
@@ -88,7 +181,8 @@ impl TableFile {
 
 impl FileKind for TableFile {
     fn size(&self, cx: &FileContext) -> FsResult<Option<u64>> {
-        Ok(cx.options.cache.size(&self.key))
+        let layout = self.layout.get().map(SizedParquet::size);
+        Ok(cx.options.cache.size(&self.key).or(layout))
     }
 
     fn open(&self, cx: &FileContext) -> FsResult<OpenFile> {
@@ -119,26 +213,24 @@ impl FileKind for TableFile {
         Ok(OpenFile::Streaming(stream))
     }
 
-    /// Every table with `--exact-sizes`; without, an array's whole-array files estimated
-    /// below `--materialize-limit`, which tools that size from `stat` (`fread`, `tar`,
-    /// `rsync`) read most. Never a slice or a category: `ls -l slices/` would generate every
-    /// chunk. A whole-array file whose size cannot be estimated is generated too, so that
-    /// the `stat` reports the read's error rather than a size of 0.
-    fn generated_on_stat(&self, cx: &FileContext) -> bool {
-        cx.options.exact_sizes
-            || (self.table.selection == Selection::default()
-                && match self.estimated_bytes() {
-                    Ok(bytes) => bytes < cx.options.materialize_limit,
-                    Err(_) => true,
-                })
+    /// Sized Parquet (its rows are counted); every table with `--exact-sizes`; otherwise
+    /// as [`Shown`] says. A listed file whose size cannot be estimated is generated too, so
+    /// that the `stat` reports the read's error rather than a size of 0.
+    fn sized_on_stat(&self, cx: &FileContext) -> bool {
+        self.sized
+            || cx.options.exact_sizes
+            || match self.shown {
+                Shown::Chunk => true,
+                Shown::ByName => false,
+                Shown::Listed => small(&cx.options, self.estimated_bytes()),
+            }
     }
 
-    fn generate(&self, cx: &FileContext) -> FsResult<()> {
-        generate_whole(&cx.options.cache, &self.key, &self.what(), |out| {
-            let mut reader = self.read()?;
-            let schema = reader.schema();
-            format::write_table(self.format, schema, || counted(&mut reader), out)
-        })
+    fn settle_size(&self, cx: &FileContext) -> FsResult<()> {
+        match self.sized {
+            true => self.layout().map(|_| ()),
+            false => self.generate(cx),
+        }
     }
 }
 

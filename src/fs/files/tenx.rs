@@ -1,7 +1,8 @@
 //! The files of a Cell Ranger matrix directory (`10x/<layer>/`): `matrix.mtx`,
 //! `features.tsv` (and `genes.tsv`, the same), `barcodes.tsv`. Each is generated whole when
 //! opened (the matrix's header counts its entries, so it is written after them), and by a
-//! `stat` with `--exact-sizes`.
+//! `stat` when it is estimated below `--materialize-limit` (`Read10X` sizes the names
+//! files with `fread`, which trusts `stat`) or with `--exact-sizes`.
 
 use std::io;
 use std::sync::Arc;
@@ -12,10 +13,19 @@ use crate::soma::tenx::{Positions, TenxLayer};
 use crate::soma::Selection;
 
 use super::super::cache::CacheKey;
-use super::super::data::{content_key, generate_whole, open_generated, WRITE_BUFFER_BYTES};
+use super::super::data::{
+    content_key, estimated_bytes, generate_whole, open_generated, small, WRITE_BUFFER_BYTES,
+};
 use super::super::error::FsResult;
 use super::super::open_file::OpenFile;
 use super::{FileContext, FileKind};
+
+/// About how long a line of each file is, to estimate its size: a barcode (`AAACCTGAGAAACCAT-1`),
+/// a feature (an Ensembl id, a symbol and `Gene Expression`), an entry (two positions and a
+/// value).
+const BARCODE_LINE_BYTES: u64 = 24;
+const FEATURE_LINE_BYTES: u64 = 48;
+const ENTRY_LINE_BYTES: u64 = 24;
 
 /// Which file of a matrix directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +69,24 @@ impl TenxFile {
 
     fn what(&self) -> String {
         format!("{} as 10x {}", self.layer.x.uri, self.part.name())
+    }
+
+    /// About how many bytes the file comes to: a line per cell, gene or entry of the whole
+    /// layer (a category's cells are not counted before they are read).
+    fn estimated_bytes(&self) -> crate::soma::Result<u64> {
+        let layer = &self.layer;
+        match self.part {
+            TenxPart::Barcodes => estimated_bytes(&layer.obs, BARCODE_LINE_BYTES),
+            TenxPart::Features => estimated_bytes(&layer.var, FEATURE_LINE_BYTES),
+            TenxPart::Matrix => estimated_bytes(&layer.x, ENTRY_LINE_BYTES),
+        }
+    }
+
+    /// Generates the file whole into the cache.
+    fn generate(&self, cx: &FileContext) -> FsResult<()> {
+        generate_whole(&cx.options.cache, &self.key, &self.what(), |out| {
+            self.write(cx, out)
+        })
     }
 
     fn write(&self, cx: &FileContext, out: &mut (dyn io::Write + Send)) -> io::Result<()> {
@@ -126,13 +154,11 @@ impl FileKind for TenxFile {
         open_generated(&cx.options.cache, &self.key, &self.what())
     }
 
-    fn generated_on_stat(&self, cx: &FileContext) -> bool {
-        cx.options.exact_sizes
+    fn sized_on_stat(&self, cx: &FileContext) -> bool {
+        cx.options.exact_sizes || small(&cx.options, self.estimated_bytes())
     }
 
-    fn generate(&self, cx: &FileContext) -> FsResult<()> {
-        generate_whole(&cx.options.cache, &self.key, &self.what(), |out| {
-            self.write(cx, out)
-        })
+    fn settle_size(&self, cx: &FileContext) -> FsResult<()> {
+        self.generate(cx)
     }
 }

@@ -207,6 +207,13 @@ impl ZarrChunk {
         let name = self.array.meta.chunk_name(self.k);
         format!("{} {}/{name}", self.array.origin.what(), self.array.path)
     }
+
+    /// Generates the chunk whole into the cache.
+    fn generate(&self, cx: &FileContext) -> FsResult<()> {
+        generate_whole(&cx.options.cache, &self.key, &self.what(), |out| {
+            out.write_all(&self.array.chunk(self.k)?)
+        })
+    }
 }
 
 impl FileKind for ZarrChunk {
@@ -224,14 +231,13 @@ impl FileKind for ZarrChunk {
         open_generated(&cx.options.cache, &self.key, &self.what())
     }
 
-    fn generated_on_stat(&self, cx: &FileContext) -> bool {
-        cx.options.exact_sizes && self.array.meta.chunk_size().is_none()
+    /// A chunk of text (the others' sizes follow from their `.zarray`): it is small.
+    fn sized_on_stat(&self, _cx: &FileContext) -> bool {
+        self.array.meta.chunk_size().is_none()
     }
 
-    fn generate(&self, cx: &FileContext) -> FsResult<()> {
-        generate_whole(&cx.options.cache, &self.key, &self.what(), |out| {
-            out.write_all(&self.array.chunk(self.k)?)
-        })
+    fn settle_size(&self, cx: &FileContext) -> FsResult<()> {
+        self.generate(cx)
     }
 }
 
