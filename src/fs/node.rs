@@ -368,8 +368,8 @@ pub fn slices_format_entries(
     let chunks: Vec<SliceRange> = match soma::chunks(array, chunk_cells) {
         Err(e) => return error_entries(&e.to_string()),
         Ok(Some(chunks)) => chunks
-            .into_iter()
-            .map(|(lo, hi)| match kinds[0] {
+            .iter()
+            .map(|&(lo, hi)| match kinds[0] {
                 ColumnKind::UInt => SliceRange::UInt(lo as u64, hi as u64),
                 _ => SliceRange::Int(lo as i64, hi as i64),
             })

@@ -122,7 +122,12 @@ pub struct ArrayObject {
     /// open array between concurrent queries, and a reopen would cost round trips on S3.
     /// (`None` for an array only described, as the filesystem's unit tests make them.)
     handle: Option<Arc<Array>>,
+    /// The last chunks `slices/` cut the array into, and of about how many cells.
+    chunks: Mutex<Option<(u64, Chunks)>>,
 }
+
+/// Ranges of the first index column (see [`super::chunks`]).
+pub type Chunks = Option<Arc<[(i128, i128)]>>;
 
 /// The fragments of a snapshot: named by its open, and described (cell counts, the range
 /// of the first dimension) by the array's fragment list, loaded when first needed. Listing
@@ -164,6 +169,7 @@ impl ArrayObject {
             mount_timestamp_ms: None,
             content_id: String::new(),
             handle: None,
+            chunks: Mutex::new(None),
         };
         array.content_id = array.content_digest();
         array
@@ -200,6 +206,22 @@ impl ArrayObject {
             Ok(fragments) => Ok(fragments),
             Err(e) => Err(e.clone()),
         }
+    }
+
+    /// The chunks of about `chunk_cells` cells `cut` makes, cut once for the snapshot: every
+    /// format's directory of `slices/`, and every listing of one again, lists the same.
+    pub(super) fn chunks_of(
+        &self,
+        chunk_cells: u64,
+        cut: impl FnOnce() -> super::Result<Option<Vec<(i128, i128)>>>,
+    ) -> super::Result<Chunks> {
+        let mut kept = self.chunks.lock().recover();
+        if let Some((_, chunks)) = kept.as_ref().filter(|(cells, _)| *cells == chunk_cells) {
+            return Ok(chunks.clone());
+        }
+        let chunks: Chunks = cut()?.map(Into::into);
+        *kept = Some((chunk_cells, chunks.clone()));
+        Ok(chunks)
     }
 
     fn load_fragments(&self) -> tiledb::Result<Arc<[Fragment]>> {
@@ -628,6 +650,7 @@ impl Store {
             mount_timestamp_ms: self.timestamp_ms,
             content_id: String::new(),
             handle: Some(Arc::new(array)),
+            chunks: Mutex::new(None),
         };
         array.content_id = array.content_digest();
         Ok(array)

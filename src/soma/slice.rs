@@ -4,7 +4,7 @@
 use crate::digest::Digest;
 use crate::tiledb::{self, Value};
 
-use super::object::ArrayObject;
+use super::object::{ArrayObject, Chunks};
 use super::reader::Selection;
 
 /// `(lo, hi)` narrowed to `domain`; an empty result has `lo > hi`.
@@ -244,11 +244,15 @@ pub fn counted_cells(array: &ArrayObject, selection: &Selection) -> super::Resul
 }
 
 /// The first index column's ranges of chunks of about `chunk_cells` stored cells each,
-/// covering every stored cell; `None` when the first column is not an integer.
-///
-/// Cells are taken as spread evenly over each of the [`spans`] of the first column, which
-/// fragment metadata tells without reading.
-pub fn chunks(array: &ArrayObject, chunk_cells: u64) -> super::Result<Option<Vec<(i128, i128)>>> {
+/// covering every stored cell; `None` when the first column is not an integer. Cut once
+/// per snapshot (see [`cut_chunks`]).
+pub fn chunks(array: &ArrayObject, chunk_cells: u64) -> super::Result<Chunks> {
+    array.chunks_of(chunk_cells, || cut_chunks(array, chunk_cells))
+}
+
+/// The chunks of [`chunks`]: cells are taken as spread evenly over each of the [`spans`]
+/// of the first column, which fragment metadata tells without reading.
+fn cut_chunks(array: &ArrayObject, chunk_cells: u64) -> super::Result<Option<Vec<(i128, i128)>>> {
     // Spans of the first column and how many cells each holds.
     let Some(spans) = spans(array)? else {
         return Ok(None);
