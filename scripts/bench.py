@@ -12,8 +12,11 @@ runs in one warm interpreter, so both sides are warm; the sides take turns, and 
 - the same for the CSV and Parquet of a wide obs (bench-data/wide: a collection whose `obs`
   has a million rows and 28 columns of every common kind, as atlases have; no target);
 - the time `head -n 10 X/data/data.csv` takes to print its 10 lines;
-- `cat` of the middle chunk listed in `X/data/slices/` against `cat` of all of X, as a share
-  of the full read next to the chunk's share of the cells;
+- `cat` of the middle chunk listed in `X/data/slices/csv/` against `cat` of all of X, as a
+  share of the full read next to the chunk's share of the cells;
+- `ls -l X/data/slices/parquet/` and `ls -l X/data/slices/csv/` on a fresh mount (the sizes
+  of every chunk: counted for sized Parquet, generated for CSV) next to reading every chunk
+  after it, and what the chunks then take in the cache, on disk and as files;
 - a 10-row window of `obsm/dense/data.npy` (200 MB) through `numpy.load(mmap_mode="r")`
   against reading all of it, next to the window's share of the array;
 - over a local S3 server (moto, on 127.0.0.1, holding the pbmc demo store): `ls -R` of the
@@ -236,6 +239,16 @@ def cat(path: Path) -> int:
     return n
 
 
+def cache_use(cache: Path) -> tuple[int, int]:
+    """The bytes of the files in a cache directory, and the bytes they take on disk."""
+    apparent = on_disk = 0
+    for dirpath, _, files in os.walk(cache):
+        for name in files:
+            st = os.stat(os.path.join(dirpath, name))
+            apparent, on_disk = apparent + st.st_size, on_disk + st.st_blocks * 512
+    return apparent, on_disk
+
+
 def read_table(uri: str) -> pa.Table:
     with tiledbsoma.open(uri) as obj:
         result = obj.read()
@@ -381,11 +394,8 @@ def main() -> int:
             for f in scratch.iterdir():
                 f.unlink()
         with Mount(uri, "--chunk-cells", "1000000") as m:
-            slices = m.dir / "ms/RNA/X/data/slices"
-            chunks = sorted(
-                (p for p in os.listdir(slices) if p.endswith(".csv")),
-                key=lambda p: int(p.split("-")[0]),
-            )
+            slices = m.dir / "ms/RNA/X/data/slices/csv"
+            chunks = sorted(os.listdir(slices), key=lambda p: int(p.split("-")[0]))
             middle = chunks[len(chunks) // 2]
             t_chunk = timed(lambda: cat(slices / middle))
         with Mount(uri) as m:
@@ -408,6 +418,16 @@ def main() -> int:
             t_head = time.perf_counter() - t
             assert out.count(b"\n") == 10
             peak = max(peak, m.peak_rss_mb())
+        listings = []
+        for fmt in ("parquet", "csv"):
+            with Mount(uri) as m:
+                listing = m.dir / "ms/RNA/X/data/slices" / fmt
+                t_ls = timed(lambda: subprocess.run(["ls", "-l", str(listing)], capture_output=True, check=True))
+                names = os.listdir(listing)
+                t_read = timed(lambda: [cat(listing / n) for n in names])
+                apparent, on_disk = cache_use(m.cache)
+                listings.append((fmt, len(names), t_ls, t_read, apparent, on_disk))
+                peak = max(peak, m.peak_rss_mb())
         t_lazy, t_lazy_again, t_query, lazy_peak = lazy_side_by_side(uri)
         peak = max(peak, lazy_peak)
     finally:
@@ -444,6 +464,12 @@ def main() -> int:
         f"the whole {DENSE_SHAPE[0] * DENSE_SHAPE[1] * 4 / 1e6:.0f} MB file: {t_whole:.2f}s "
         f"({t_window / t_whole:.1%} of it)"
     )
+    for fmt, n, t_ls, t_read, apparent, on_disk in listings:
+        print(
+            f"{'ls -l ' + fmt:<12} {seconds(t_ls):>11} for the sizes of {n} chunks of X; reading them "
+            f"after: {seconds(t_read)} ({t_ls / t_read:.0%}); cache {on_disk / 1e6:.0f} MB on disk "
+            f"for {apparent / 1e6:.0f} MB of files"
+        )
     for what, first, again in s3:
         print(f"{'S3 ' + what:<12} {first * 1000:>9.0f}ms first look, {again * 1000:.0f}ms cached")
     print(f"{'daemon RSS':<12} {peak:>9.0f}MB (peak)")

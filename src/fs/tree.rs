@@ -59,6 +59,10 @@ struct Listing {
     made: Instant,
     /// Whether its member objects have been opened ahead (see [`Tree::open_members_ahead`]).
     members_ahead: AtomicBool,
+    /// Whether a `readdir` has shown it, and whether its files' sizes have been settled
+    /// ahead since (see [`Tree::settle_sizes_ahead`]).
+    shown: AtomicBool,
+    sizes_ahead: AtomicBool,
 }
 
 impl Listing {
@@ -70,6 +74,8 @@ impl Listing {
             fingerprint: self.fingerprint.clone(),
             made: Instant::now(),
             members_ahead: AtomicBool::new(self.members_ahead.load(Ordering::Relaxed)),
+            shown: AtomicBool::new(self.shown.load(Ordering::Relaxed)),
+            sizes_ahead: AtomicBool::new(self.sizes_ahead.load(Ordering::Relaxed)),
         })
     }
 
@@ -216,26 +222,35 @@ impl Tree {
         self.me.upgrade()
     }
 
-    /// Runs `work` on the request pool; answers `failed` instead once the daemon is ending.
-    fn on_request_pool(
+    /// Runs `work` on the request pool with `answer`, where its result goes; once the
+    /// daemon is ending, calls `failed` with the answer instead. Every request that may wait
+    /// goes through here, so an answer is always given exactly once.
+    fn on_request_pool<A: Send + 'static>(
         &self,
-        work: impl FnOnce(&Arc<Tree>) + Send + 'static,
-        failed: impl FnOnce(FsError),
+        answer: A,
+        work: impl FnOnce(&Arc<Tree>, A) + Send + 'static,
+        failed: impl FnOnce(A, FsError),
     ) {
+        let ending = || FsError::io("the daemon", "is ending");
         let Some(tree) = self.me() else {
-            return failed(FsError::io("the daemon", "is ending"));
+            return failed(answer, ending());
         };
         // `run` gives the job back unrun only by dropping it: the answer is in it, so it
-        // is answered here instead.
-        let queued = Arc::new(Mutex::new(Some(work)));
+        // is taken back here instead.
+        let queued = Arc::new(Mutex::new(Some((work, answer))));
         let job = queued.clone();
         let ran = self.requests.run(move || {
-            if let Some(work) = job.lock().recover().take() {
-                work(&tree);
+            if let Some((work, answer)) = job.lock().recover().take() {
+                work(&tree, answer);
             }
         });
-        if !ran && queued.lock().recover().take().is_some() {
-            failed(FsError::io("the daemon", "is ending"));
+        let unrun = if ran {
+            None
+        } else {
+            queued.lock().recover().take()
+        };
+        if let Some((_, answer)) = unrun {
+            failed(answer, ending());
         }
     }
 
@@ -338,23 +353,16 @@ impl Tree {
             NodeKind::File(file) if file.sized_on_stat(&self.files) => file.clone(),
             _ => return answer(Ok(attr)),
         };
-        let answer = Arc::new(Mutex::new(Some(answer)));
-        let answer_here = answer.clone();
         self.on_request_pool(
-            move |tree| {
-                let generated = crate::sync::catch_panic(|| {
+            answer,
+            move |tree, answer| {
+                let settled = crate::sync::catch_panic(|| {
                     activity::named(&node.path, || file.settle_size(&tree.files))
                 })
-                .unwrap_or_else(|panic| Err(FsError::io("generating on stat", panic)));
-                if let Some(answer) = answer.lock().recover().take() {
-                    answer(generated.and_then(|()| tree.attr_of(&node)));
-                }
+                .unwrap_or_else(|panic| Err(FsError::io("sizing on stat", panic)));
+                answer(settled.and_then(|()| tree.attr_of(&node)));
             },
-            move |_| {
-                if let Some(answer) = answer_here.lock().recover().take() {
-                    answer(Ok(attr));
-                }
-            },
+            move |answer, _| answer(Ok(attr)),
         );
     }
 
@@ -380,7 +388,11 @@ impl Tree {
         self.open_named_member_early(&parent, name);
         let name = name.to_owned();
         self.with_listing(parent.clone(), move |tree, listing| {
-            let child = listing.and_then(|listing| tree.child(&parent, &listing, &name));
+            let child = listing.and_then(|listing| {
+                let child = tree.child(&parent, &listing, &name)?;
+                tree.settle_sizes_ahead(&listing, &child);
+                Ok(child)
+            });
             match child {
                 Ok(child) => {
                     let remembered = child.clone();
@@ -423,7 +435,8 @@ impl Tree {
         let (uri, name) = (uri.clone(), name.to_owned());
         // Errors show in the member's own listing when it is looked at.
         self.on_request_pool(
-            move |tree| {
+            (),
+            move |tree, ()| {
                 let Ok(members) = tree.store.members(&uri) else {
                     return;
                 };
@@ -431,7 +444,7 @@ impl Tree {
                     let _ = tree.store.open(&member.uri, Some(member.object_type));
                 }
             },
-            |_| {},
+            |(), _| {},
         );
     }
 
@@ -472,6 +485,7 @@ impl Tree {
         self.with_listing(node.clone(), move |tree, listing| {
             let entries = listing.map(|listing| {
                 tree.open_members_ahead(&node, &listing, AHEAD_LEVELS);
+                listing.shown.store(true, Ordering::Relaxed);
                 listing
                     .entries
                     .iter()
@@ -492,21 +506,14 @@ impl Tree {
             return answer(Err(FsError::IsADirectory));
         };
         let file = file.clone();
-        let answer = Arc::new(Mutex::new(Some(answer)));
-        let answer_here = answer.clone();
         self.on_request_pool(
-            move |tree| {
+            answer,
+            move |tree, answer| {
                 let opened = crate::sync::catch_panic(|| tree.open_file(&node, &*file))
                     .unwrap_or_else(|panic| Err(FsError::io("opening", panic)));
-                if let Some(answer) = answer.lock().recover().take() {
-                    answer(opened);
-                }
+                answer(opened);
             },
-            move |e| {
-                if let Some(answer) = answer_here.lock().recover().take() {
-                    answer(Err(e));
-                }
-            },
+            |answer, e| answer(Err(e)),
         );
     }
 
@@ -547,19 +554,10 @@ impl Tree {
         if !open_file.reads_from_store() {
             return open_file.read(offset, size, answer);
         }
-        let answer = Arc::new(Mutex::new(Some(answer)));
-        let answer_here = answer.clone();
         self.on_request_pool(
-            move |_| {
-                if let Some(answer) = answer.lock().recover().take() {
-                    open_file.read(offset, size, answer);
-                }
-            },
-            move |e| {
-                if let Some(answer) = answer_here.lock().recover().take() {
-                    answer(Err(std::io::Error::other(format!("{e:?}"))));
-                }
-            },
+            answer,
+            move |_, answer| open_file.read(offset, size, answer),
+            |answer, e| answer(Err(std::io::Error::other(format!("{e:?}")))),
         );
     }
 
@@ -592,20 +590,10 @@ impl Tree {
         if let Some(listing) = self.fresh(&node, &node.listing.read().recover()) {
             return then(&tree, Ok(listing));
         }
-        let then = Arc::new(Mutex::new(Some(then)));
-        let then_here = then.clone();
         self.on_request_pool(
-            move |tree| {
-                let listing = tree.listing(&node);
-                if let Some(then) = then.lock().recover().take() {
-                    then(tree, listing);
-                }
-            },
-            move |e| {
-                if let Some(then) = then_here.lock().recover().take() {
-                    then(&tree, Err(e));
-                }
-            },
+            then,
+            move |tree, then| then(tree, tree.listing(&node)),
+            |then, e| then(&tree, Err(e)),
         );
     }
 
@@ -728,6 +716,50 @@ impl Tree {
         }
     }
 
+    /// A look at `child`, a file of a listing that a `readdir` showed, whose size is
+    /// settled by counting alone (sized Parquet: see [`FileKind::settled_by_counting`]) and
+    /// not known yet: that is `ls -l`, or a dataset reader sizing the files it listed. So
+    /// every such file of the listing is settled at once, on the open-ahead pool, and the
+    /// looks that come one by one next find them counted or being counted. Once per
+    /// listing; errors show at each file's own look. A plain `ls` settles nothing, and a
+    /// look by name without a listing (`cat`) only its own file.
+    fn settle_sizes_ahead(&self, listing: &Listing, child: &Node) {
+        let NodeKind::File(file) = &child.kind else {
+            return;
+        };
+        if !file.settled_by_counting()
+            || !matches!(file.size(&self.files), Ok(None))
+            || !listing.shown.load(Ordering::Relaxed)
+            || listing.sizes_ahead.swap(true, Ordering::Relaxed)
+        {
+            return;
+        }
+        let files = listing
+            .entries
+            .iter()
+            .filter_map(|(_, child)| match &child.kind {
+                NodeKind::File(file)
+                    if file.settled_by_counting() && matches!(file.size(&self.files), Ok(None)) =>
+                {
+                    Some(file.clone())
+                }
+                _ => None,
+            });
+        for file in files {
+            let Some(tree) = self.me() else {
+                return;
+            };
+            let started = self.ahead.run(move || {
+                if !tree.background.stopped() {
+                    let _ = file.settle_size(&tree.files);
+                }
+            });
+            if !started {
+                return;
+            }
+        }
+    }
+
     /// A new node, with the next inode number.
     fn new_node(&self, parent_path: &str, name: &str, kind: NodeKind) -> Arc<Node> {
         let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
@@ -752,6 +784,8 @@ impl Tree {
             fingerprint,
             made: Instant::now(),
             members_ahead: AtomicBool::new(false),
+            shown: AtomicBool::new(false),
+            sizes_ahead: AtomicBool::new(false),
         };
         for (name, kind) in named {
             if listing.by_name.contains_key(&name) {

@@ -446,7 +446,8 @@ impl<T: Clone> OpenedLately<T> {
 
 /// A group open for reading and its members, read before its metadata.
 struct OpenGroup {
-    group: Group,
+    /// Its metadata is read by one look at a time (libtiledb loads it without a lock).
+    group: Mutex<Group>,
     members: Vec<Member>,
 }
 
@@ -583,13 +584,14 @@ impl Store {
         self.groups.get(uri, || {
             let group = Group::open(&self.ctx, uri, self.timestamp_ms)?;
             let members = group.members()?;
+            let group = Mutex::new(group);
             Ok(Arc::new(OpenGroup { group, members }))
         })
     }
 
     fn open_group(&self, uri: &str) -> tiledb::Result<GroupObject> {
         let open = self.open_group_members(uri)?;
-        let metadata = open.group.metadata()?;
+        let metadata = open.group.lock().recover().metadata()?;
         Ok(GroupObject {
             uri: uri.to_owned(),
             soma_type: SomaType::recognise(ObjectType::Group, &metadata),

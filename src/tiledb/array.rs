@@ -77,6 +77,24 @@ handle!(
     tiledb_fragment_info_free
 );
 
+// SAFETY (each `Send` below): libtiledb handles have no thread affinity, and each wrapper
+// owns its handle alone, so moving it to another thread moves every use of it there.
+unsafe impl Send for Array {}
+unsafe impl Send for ConsolidationPlan {}
+unsafe impl Send for ArraySchema {}
+unsafe impl Send for Domain {}
+unsafe impl Send for Dimension {}
+unsafe impl Send for Attribute {}
+unsafe impl Send for Enumeration {}
+unsafe impl Send for CurrentDomain {}
+unsafe impl Send for NdRectangle {}
+unsafe impl Send for FragmentInfo {}
+// SAFETY: libtiledb serves concurrent queries on one open array (tiledbsoma shares one
+// between threads too): what it loads lazily, fragment metadata and R-trees, it loads under
+// its own locks, and the wrapper's `&self` methods only read. The other handles here are not
+// shared: libtiledb does not lock their lazy loads.
+unsafe impl Sync for Array {}
+
 /// Dense or sparse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArrayType {

@@ -15,6 +15,11 @@ handle!(
     close = tiledb_group_close
 );
 
+// SAFETY: libtiledb handles have no thread affinity, and the wrapper owns its handle alone,
+// so moving it to another thread moves every use of it there. Not `Sync`: libtiledb loads a
+// group's metadata on first use without a lock, so shared use is serialized by its owner.
+unsafe impl Send for Group {}
+
 /// One member of a group, as the group records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {

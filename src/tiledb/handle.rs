@@ -1,5 +1,7 @@
 //! The pattern every C handle follows: a non-null pointer, the context that made it, and a
-//! `Drop` that frees it with its own `tiledb_*_free`.
+//! `Drop` that frees it with its own `tiledb_*_free`. Whether a handle may move to another
+//! thread (`Send`) or be shared between threads (`Sync`) is the handle type's own: each is
+//! declared beside its type, with the reason libtiledb allows it.
 
 /// Declares a wrapper owning one C handle type, freed on drop (and first closed with
 /// `close = tiledb_*_close` for handles that are opened). `free_args = context` marks a
@@ -73,11 +75,6 @@ macro_rules! handle {
             }
         }
 
-        // SAFETY: the handle is only reached through `&self`/`&mut self` of this wrapper and
-        // libtiledb's read-side objects are safe to use from any thread once created.
-        unsafe impl Send for $name {}
-        // SAFETY: as for `Send`: shared use only reads, which libtiledb allows concurrently.
-        unsafe impl Sync for $name {}
     };
 }
 pub(crate) use handle;

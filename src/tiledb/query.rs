@@ -44,6 +44,16 @@ handle!(
     free_args = context
 );
 
+// SAFETY (each `Send` below): libtiledb handles have no thread affinity, and each wrapper
+// owns its handle alone, so moving it to another thread moves every use of it there (a read
+// is made on one thread and read on another). None is `Sync`: a query is submitted by one
+// thread at a time, through `&mut`.
+unsafe impl Send for Query {}
+unsafe impl Send for Subarray {}
+unsafe impl Send for QueryCondition {}
+unsafe impl Send for Channel {}
+unsafe impl Send for Aggregate {}
+
 /// The order of the cells a read returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {

@@ -35,11 +35,13 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import json
 import logging
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
 from collections.abc import Callable
@@ -268,29 +270,89 @@ def table_difference(got: pa.Table, want: pa.Table) -> str | None:
 # readers of a whole format directory
 
 
+# Spark runs in a Python process of its own, started without fork(): pyspark launches its JVM
+# with a preexec_fn, which makes Python fork(), and a fork of the test process, grown large
+# by the tests before (libtiledb maps much memory), fails with ENOMEM under the kernel's
+# heuristic overcommit. The process reads requests and answers summaries, a line of JSON each.
+SPARK_PROCESS = r"""
+import json, sys
+from pyspark.sql import SparkSession, functions as F
+
+local_dir = sys.argv[1]
+spark = (
+    SparkSession.builder.master("local[2]")
+    .appName("soma-mount test_datasets")
+    .config("spark.ui.enabled", "false")
+    .config("spark.driver.memory", "1g")
+    .config("spark.local.dir", local_dir)
+    .config("spark.sql.shuffle.partitions", "2")
+    .config("spark.driver.host", "127.0.0.1")
+    .config("spark.driver.bindAddress", "127.0.0.1")
+    .getOrCreate()
+)
+spark.sparkContext.setLogLevel("ERROR")
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    ask = json.loads(line)
+    try:
+        if ask["fmt"] == "parquet":
+            df = spark.read.parquet(ask["dir"])
+        else:
+            df = spark.read.csv(ask["dir"], header=True, inferSchema=True)
+        row = df.agg(
+            F.count(F.lit(1)),
+            *[F.sum(F.col(c).cast("long")) for c in ask["int_cols"]],
+            F.sum(F.col(ask["float_col"]).cast("float").cast("double")),
+        ).collect()[0]
+        answer = {"rows": int(row[0]), "int_sums": [int(v or 0) for v in row[1:-1]], "float_sum": float(row[-1] or 0.0)}
+    except Exception as e:
+        answer = {"error": f"{type(e).__name__}: {e}"}
+    print(json.dumps(answer), flush=True)
+spark.stop()
+"""
+
+
+class SparkProcess:
+    """A local Spark session (2 cores, small driver, no UI) in a process of its own."""
+
+    def __init__(self, local_dir: Path):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SPARK_PROCESS, str(local_dir)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        ready = self.proc.stdout.readline()
+        if not ready:
+            self.close()
+            pytest.fail("the Spark process ended before its session started")
+
+    def read(self, d: Path, fmt: str, t: "Target") -> Summary:
+        ask = {"dir": str(d), "fmt": fmt, "int_cols": list(t.int_cols), "float_col": t.float_col}
+        self.proc.stdin.write(json.dumps(ask) + "\n")
+        self.proc.stdin.flush()
+        answer = json.loads(self.proc.stdout.readline() or '{"error": "the Spark process ended"}')
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return Summary(answer["rows"], tuple(answer["int_sums"]), answer["float_sum"])
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
-    """One local Spark session (2 cores, small driver, no UI) for the module."""
+    """One Spark session for the module, in its own process (see SPARK_PROCESS)."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.fail("no Java runtime for Spark (scripts/setup installs openjdk-17-jre-headless)")
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("soma-mount test_datasets")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = SparkProcess(tmp_path_factory.mktemp("spark-local"))
     try:
         yield session
     finally:
-        session.stop()
+        session.close()
 
 
 @pytest.fixture(scope="module")
@@ -331,19 +393,8 @@ def polars_read(scan: Callable, glob: bool):
     return read
 
 
-def spark_read(d: Path, fmt: str, t: Target, spark) -> Summary:
-    from pyspark.sql import functions as F
-
-    if fmt == "parquet":
-        df = spark.read.parquet(str(d))
-    else:
-        df = spark.read.csv(str(d), header=True, inferSchema=True)
-    row = df.agg(
-        F.count(F.lit(1)),
-        *[F.sum(F.col(c).cast("long")) for c in t.int_cols],
-        F.sum(F.col(t.float_col).cast("float").cast("double")),
-    ).collect()[0]
-    return Summary(int(row[0]), tuple(int(v or 0) for v in row[1:-1]), float(row[-1] or 0.0))
+def spark_read(d: Path, fmt: str, t: Target, spark: SparkProcess) -> Summary:
+    return spark.read(d, fmt, t)
 
 
 def pyarrow_dataset_read(d: Path, fmt: str, t: Target, _ctx) -> Summary:

@@ -21,6 +21,9 @@ count of the nulls that decide how their columns are encoded (libtiledb reads th
 tiles for it); the bound (1.05) fails a listing that reads those columns' values (4 more
 requests) or whole data frames or uns arrays (about 55 more).
 
+`ls -l X/data/slices/parquet/` sizes every chunk without reading a value: no request of the
+listing reads a fragment's attribute file (sized Parquet counts its rows from coordinates).
+
 Run: .venv/bin/python -m pytest tests/python/test_requests.py -q
 """
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -172,3 +176,32 @@ def test_listing_the_anndata_zarr_store_reads_only_what_lays_it_out(counted, mou
             assert f"obs/{column}" in listed, (column, listed[:40])
     assert "uns/bulk_labels_colors/.zarray" in listed, listed
     assert requests <= ZARR_LISTING_RATIO * reference, summary
+
+
+# A fragment's attribute files (values, their offsets and validity): reading one reads values.
+ATTRIBUTE_FILE = re.compile(r"/__fragments/[^/]+/a\d+(_var|_validity)?\.tdb$")
+
+
+@pytest.mark.timeout(300)
+def test_ls_l_of_slices_parquet_reads_no_cell_value(counted, mount):
+    """`ls -l X/data/slices/parquet/` answers the exact size of every chunk (LAYOUT, "Sizes
+    and reads": sized Parquet) from the cells' coordinates alone: no request reads a
+    fragment's attribute file (soma_data's values), and each listed size is the bytes then
+    read."""
+    _server, proxy, cfg = counted
+    x = "ms/RNA/X/data"
+    with mount(f"s3://{BUCKET}/{STORE}", "--chunk-cells", "50000", *config_args(cfg)) as mountpoint:
+        d = Path(mountpoint) / x / "slices" / "parquet"
+        os.listdir(d)
+        settled_count(proxy)
+        proxy.reset()
+        sizes = {name: os.stat(d / name).st_size for name in sorted(os.listdir(d))}
+        settled_count(proxy)
+        listing = proxy.requests()
+        read = {name: len((d / name).read_bytes()) for name in sizes}
+        reads = proxy.requests()[len(listing):]
+    values = lambda requests: [t for m, t in requests if m == "GET" and x in t and ATTRIBUTE_FILE.search(t.split("?")[0])]
+    assert len(sizes) >= 5, f"{len(sizes)} chunks of about 50000 cells: {sorted(sizes)}"
+    assert sizes == read, f"sizes at the first stat {sizes}, bytes read {read}"
+    assert not values(listing), f"ls -l of slices/parquet/ read values: {values(listing)[:5]}"
+    assert values(reads), "reading the chunks read no values: the check above would not see them"

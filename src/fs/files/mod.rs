@@ -58,4 +58,11 @@ pub trait FileKind: fmt::Debug + Send + Sync {
     fn settle_size(&self, _cx: &FileContext) -> FsResult<()> {
         Ok(())
     }
+
+    /// Whether [`FileKind::settle_size`] only counts, reading no value and generating
+    /// nothing, so that listing its directory settles it ahead of the `stat` that `ls -l`,
+    /// or a dataset reader, sends next.
+    fn settled_by_counting(&self) -> bool {
+        false
+    }
 }

@@ -17,7 +17,9 @@
 //! value; the file is generated in that layout when it is opened.
 
 use std::io;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::sync::Recover;
 
 use crate::format::parquet_sized::SizedParquet;
 use crate::format::{self, TableFormat};
@@ -75,6 +77,8 @@ pub struct TableFile {
     sized: bool,
     /// The layout of sized Parquet, once its rows are counted.
     layout: OnceLock<SizedParquet>,
+    /// Held while the rows are counted: a `stat` that comes meanwhile waits for the count.
+    counting: Mutex<()>,
     key: CacheKey,
 }
 
@@ -98,6 +102,7 @@ impl TableFile {
             shown,
             sized,
             layout: OnceLock::new(),
+            counting: Mutex::new(()),
             key,
         }
     }
@@ -107,13 +112,16 @@ impl TableFile {
         if let Some(layout) = self.layout.get() {
             return Ok(layout);
         }
+        let _counting = self.counting.lock().recover();
+        if let Some(layout) = self.layout.get() {
+            return Ok(layout);
+        }
         let array = self.table.array();
         let counted =
             counted_cells(array, &self.table.selection).map_err(|e| FsError::io(self.what(), e))?;
         let layout = counted
             .and_then(|rows| SizedParquet::of(&array.schema.arrow(), rows))
             .ok_or_else(|| FsError::io(self.what(), "not sized Parquet"))?;
-        // Another count may have finished first: both counted the same snapshot.
         Ok(self.layout.get_or_init(|| layout))
     }
 
@@ -231,6 +239,10 @@ impl FileKind for TableFile {
             true => self.layout().map(|_| ()),
             false => self.generate(cx),
         }
+    }
+
+    fn settled_by_counting(&self) -> bool {
+        self.sized
     }
 }
 
