@@ -77,17 +77,27 @@ handle!(
     tiledb_fragment_info_free
 );
 
-// SAFETY (each `Send` below): libtiledb handles have no thread affinity, and each wrapper
+// Each `Send` below: libtiledb handles have no thread affinity, and each wrapper
 // owns its handle alone, so moving it to another thread moves every use of it there.
+// SAFETY: see above: `Array` owns its handle alone, which has no thread affinity.
 unsafe impl Send for Array {}
+// SAFETY: see above: `ConsolidationPlan` owns its handle alone, which has no thread affinity.
 unsafe impl Send for ConsolidationPlan {}
+// SAFETY: see above: `ArraySchema` owns its handle alone, which has no thread affinity.
 unsafe impl Send for ArraySchema {}
+// SAFETY: see above: `Domain` owns its handle alone, which has no thread affinity.
 unsafe impl Send for Domain {}
+// SAFETY: see above: `Dimension` owns its handle alone, which has no thread affinity.
 unsafe impl Send for Dimension {}
+// SAFETY: see above: `Attribute` owns its handle alone, which has no thread affinity.
 unsafe impl Send for Attribute {}
+// SAFETY: see above: `Enumeration` owns its handle alone, which has no thread affinity.
 unsafe impl Send for Enumeration {}
+// SAFETY: see above: `CurrentDomain` owns its handle alone, which has no thread affinity.
 unsafe impl Send for CurrentDomain {}
+// SAFETY: see above: `NdRectangle` owns its handle alone, which has no thread affinity.
 unsafe impl Send for NdRectangle {}
+// SAFETY: see above: `FragmentInfo` owns its handle alone, which has no thread affinity.
 unsafe impl Send for FragmentInfo {}
 // SAFETY: libtiledb serves concurrent queries on one open array (tiledbsoma shares one
 // between threads too): what it loads lazily, fragment metadata and R-trees, it loads under

@@ -44,14 +44,19 @@ handle!(
     free_args = context
 );
 
-// SAFETY (each `Send` below): libtiledb handles have no thread affinity, and each wrapper
+// Each `Send` below: libtiledb handles have no thread affinity, and each wrapper
 // owns its handle alone, so moving it to another thread moves every use of it there (a read
 // is made on one thread and read on another). None is `Sync`: a query is submitted by one
 // thread at a time, through `&mut`.
+// SAFETY: see above: `Query` owns its handle alone, which has no thread affinity.
 unsafe impl Send for Query {}
+// SAFETY: see above: `Subarray` owns its handle alone, which has no thread affinity.
 unsafe impl Send for Subarray {}
+// SAFETY: see above: `QueryCondition` owns its handle alone, which has no thread affinity.
 unsafe impl Send for QueryCondition {}
+// SAFETY: see above: `Channel` owns its handle alone, which has no thread affinity.
 unsafe impl Send for Channel {}
+// SAFETY: see above: `Aggregate` owns its handle alone, which has no thread affinity.
 unsafe impl Send for Aggregate {}
 
 /// The order of the cells a read returns.
