@@ -3,6 +3,8 @@
 //! sequences of items (`["ab", ""]` and `["a", "b"]`, a number and the text of it) feed the
 //! hash the same bytes; the same items give the same digest in every run.
 
+use crate::tiledb::Value;
+
 /// A digest being made: items go in with [`Digest::text`], [`Digest::bytes`],
 /// [`Digest::number`] and [`Digest::flag`], and [`Digest::finish`] gives its hex.
 #[derive(Clone)]
@@ -43,6 +45,18 @@ impl Digest {
     /// one byte of the caller's own choosing per kind of item.
     pub fn mark(&mut self, tag: u8) -> &mut Self {
         self.item(b'm', &[tag])
+    }
+
+    /// A value of a cell or a bound, its variant marked.
+    pub fn value(&mut self, value: &Value) -> &mut Self {
+        match value {
+            Value::Int(i) => self.mark(b'i').bytes(&i.to_le_bytes()),
+            Value::UInt(u) => self.mark(b'u').number(*u),
+            Value::Float(f) => self.mark(b'f').number(f.to_bits()),
+            Value::Bool(b) => self.mark(b'b').flag(*b),
+            Value::Text(t) => self.mark(b't').text(t),
+            Value::Bytes(b) => self.mark(b'y').bytes(b),
+        }
     }
 
     /// The first 128 bits of the hash, as 32 hex digits.

@@ -20,10 +20,11 @@ use crate::sync::{at_once, map_at_once};
 use crate::tiledb::{self, Metadata, ObjectType, Value};
 
 use super::error::{Error, Result};
-use super::object::{ArrayObject, GroupObject, Objects, SomaObject, SomaType};
+use super::joinids::{joinids, Positions};
+use super::object::{ArrayObject, GroupObject, Objects, SomaObject};
 use super::reader::{labels_array, BatchReader, ReadAhead, Selection, BATCH_BYTES};
 use super::schema::Column;
-use super::tenx::{joinids, Positions};
+use super::soma_type::SomaType;
 
 /// The metadata key where tiledbsoma's `from_anndata` records the name of the column that
 /// was the data frame's index (JSON: a string, or null).
@@ -773,7 +774,7 @@ pub fn read_frame_column(
             .is_some_and(|place| places.contains(&(place as usize - 1)))
     };
     while let Some(batch) = reader.next_batch()? {
-        let ids = super::tenx::joinids(&batch)?;
+        let ids = joinids(&batch)?;
         let keep: arrow_array::BooleanArray = ids.iter().map(|&id| Some(wanted(id))).collect();
         let values = batch
             .column_by_name(column)

@@ -10,7 +10,7 @@ use crate::tiledb::{
     Bounds, Datatype, EnumerationInfo, Order, SchemaInfo, TimeUnit, Value, VAR_NUM,
 };
 
-use super::SomaType;
+use super::soma_type::SomaType;
 
 /// One column of a SOMA object: an index column (a TileDB dimension) or a value column.
 #[derive(Debug, Clone)]
@@ -203,15 +203,14 @@ impl SomaSchema {
     /// Feeds what reads of the schema depend on to a digest: each column's name, type,
     /// nullability, domains and labels, the layout, and whether duplicates are allowed.
     pub fn digest_into(&self, digest: &mut crate::digest::Digest) {
-        use super::slice::digest_value;
         let bounds = |digest: &mut crate::digest::Digest, bounds: &Option<Bounds>| match bounds {
             None => {
                 digest.mark(b'-');
             }
             Some((lo, hi)) => {
                 digest.mark(b'd');
-                digest_value(digest, lo);
-                digest_value(digest, hi);
+                digest.value(lo);
+                digest.value(hi);
             }
         };
         digest.number(self.columns.len() as u64);
@@ -234,7 +233,7 @@ impl SomaSchema {
                         .flag(e.ordered)
                         .number(e.values.len() as u64);
                     for label in &e.values {
-                        digest_value(digest, label);
+                        digest.value(label);
                     }
                 }
             }

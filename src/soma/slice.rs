@@ -34,18 +34,6 @@ pub fn is_reversed(range: &(Value, Value)) -> bool {
     }
 }
 
-/// Feeds a value to a digest, its variant marked.
-pub fn digest_value(digest: &mut Digest, value: &Value) {
-    match value {
-        Value::Int(i) => digest.mark(b'i').bytes(&i.to_le_bytes()),
-        Value::UInt(u) => digest.mark(b'u').number(*u),
-        Value::Float(f) => digest.mark(b'f').number(f.to_bits()),
-        Value::Bool(b) => digest.mark(b'b').flag(*b),
-        Value::Text(t) => digest.mark(b't').text(t),
-        Value::Bytes(b) => digest.mark(b'y').bytes(b),
-    };
-}
-
 impl Selection {
     /// Feeds what the selection selects to a digest (for cache keys).
     pub fn digest_into(&self, digest: &mut Digest) {
@@ -53,8 +41,8 @@ impl Selection {
         for ranges in &self.ranges {
             digest.number(ranges.len() as u64);
             for (lo, hi) in ranges {
-                digest_value(digest, lo);
-                digest_value(digest, hi);
+                digest.value(lo);
+                digest.value(hi);
             }
         }
         match &self.equals {
@@ -66,7 +54,7 @@ impl Selection {
             }
             Some((column, Some(label))) => {
                 digest.mark(b'=').text(column).mark(b'1');
-                digest_value(digest, label);
+                digest.value(label);
             }
         }
         match &self.columns {

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use crate::format::mtx;
 use crate::format::text::TextBuf;
-use crate::soma::tenx::{Positions, TenxLayer};
+use crate::soma::joinids::Positions;
+use crate::soma::tenx::TenxLayer;
 use crate::soma::Selection;
 
 use super::super::cache::CacheKey;

@@ -47,7 +47,7 @@ use crate::format::zarr::{self, ArrayMeta, Dtype};
 use crate::soma::anndata::{
     self, AnnDataExperiment, AnnDataMeasurement, Axis, FrameRows, Named, UnsCollection, UnsMember,
 };
-use crate::soma::tenx::Positions;
+use crate::soma::joinids::Positions;
 use crate::soma::ArrayObject;
 use crate::sync::{at_once, map_at_once, Recover, SingleFlight};
 
