@@ -17,6 +17,19 @@ pub enum FsError {
 
 pub type FsResult<T> = Result<T, FsError>;
 
+impl std::fmt::Display for FsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FsError::NotFound => f.write_str("no such entry"),
+            FsError::NotADirectory => f.write_str("not a directory"),
+            FsError::IsADirectory => f.write_str("a directory"),
+            FsError::Io(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for FsError {}
+
 impl FsError {
     /// A backend failure while doing `what`.
     pub fn io(what: impl Display, cause: impl Display) -> FsError {

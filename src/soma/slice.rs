@@ -223,10 +223,12 @@ pub fn counted_cells(array: &ArrayObject, selection: &Selection) -> super::Resul
     match array.soma_type {
         DenseNDArray => Ok(super::reader::dense_rows(array, selection)),
         SparseNDArray if selection.is_empty() => Ok(Some(0)),
-        SparseNDArray => Ok(Some(tiledb::count_cells(
-            array.handle()?,
-            &selection.ranges,
-        )?)),
+        SparseNDArray => {
+            // libtiledb's reader holds up to its bound in coordinate tiles.
+            let _memory = crate::budget::memory().take(tiledb::COUNT_MEMORY_BYTES);
+            let handle = array.handle()?;
+            Ok(Some(tiledb::count_cells(handle, &selection.ranges)?))
+        }
         _ => Ok(None),
     }
 }

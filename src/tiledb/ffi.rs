@@ -502,6 +502,11 @@ extern "C" {
         size_off: *mut u64,
         size_val: *mut u64,
     ) -> capi_return_t;
+    pub fn tiledb_query_set_config(
+        ctx: *mut tiledb_ctx_t,
+        query: *mut tiledb_query_t,
+        config: *mut tiledb_config_t,
+    ) -> capi_return_t;
     pub fn tiledb_query_set_condition(
         ctx: *mut tiledb_ctx_t,
         query: *mut tiledb_query_t,

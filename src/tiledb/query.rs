@@ -9,7 +9,7 @@ use super::array::{Array, VAR_NUM};
 use super::context::{c_string, tiledb_call};
 use super::datatype::{Datatype, Value};
 use super::handle::handle;
-use super::{ffi, Error, Result};
+use super::{ffi, Config, Error, Result};
 
 handle!(
     /// A read query (`tiledb_query_t`).
@@ -478,6 +478,19 @@ impl ReadQuery {
         Ok(())
     }
 
+    /// Bounds the memory libtiledb's reader holds for the query (`sm.mem.total_budget`).
+    pub fn limit_memory(&mut self, bytes: u64) -> Result<()> {
+        let mut config = Config::new()?;
+        config.set("sm.mem.total_budget", &bytes.to_string())?;
+        // SAFETY: the query and the config are live; libtiledb copies the config.
+        unsafe {
+            tiledb_call!(
+                self.query.context(),
+                tiledb_query_set_config(self.query.as_ptr(), config.as_ptr())
+            )
+        }
+    }
+
     /// Counts the cells the query reads, for [`ReadQuery::cell_count`] once it has read
     /// them all. Called before the first batch.
     pub fn count_cells(&mut self) -> Result<()> {
@@ -766,6 +779,11 @@ pub fn null_counts(array: Arc<Array>, names: &[&str]) -> Result<Vec<(String, u64
         .ok_or_else(|| Error::new("a read of null counts ended early"))
 }
 
+/// The memory libtiledb's reader may hold for a count (its coordinate tiles): with none
+/// set, it loads the coordinates of as many cells as its default budget (10 GB) holds,
+/// 400 MB for a 20-million-cell matrix.
+pub const COUNT_MEMORY_BYTES: u64 = 64 << 20;
+
 /// The cells of the sparse `array` within `ranges` (one list per dimension, empty for all
 /// of it), exactly as a read returns them: each once however many fragments hold it, and
 /// deleted cells left out. A query of a COUNT aggregate alone: libtiledb takes the count
@@ -779,6 +797,7 @@ pub fn count_cells(array: Arc<Array>, ranges: &[Vec<(Value, Value)>]) -> Result<
         starts_small: false,
     };
     let mut query = ReadQuery::new(array, Layout::GlobalOrder, ranges, &[], None, sizing)?;
+    query.limit_memory(COUNT_MEMORY_BYTES)?;
     query.count_cells()?;
     while query.next_batch()?.is_some() {}
     query

@@ -23,7 +23,6 @@ use crate::sync::Recover;
 
 use crate::format::parquet_sized::SizedParquet;
 use crate::format::{self, TableFormat};
-use crate::soma::SomaType::{DenseNDArray, SparseNDArray};
 use crate::soma::{
     counted_cells, estimated_cells, ArrayObject, BatchReader, ReadAhead, Selection, BATCH_BYTES,
 };
@@ -86,7 +85,7 @@ impl TableFile {
     pub fn new(table: Table, format: TableFormat, shown: Shown) -> TableFile {
         let array = table.array();
         let sized = format == TableFormat::Parquet
-            && matches!(array.soma_type, SparseNDArray | DenseNDArray)
+            && array.soma_type.is_nd_array()
             && table.selection.columns.is_none()
             && SizedParquet::of(&array.schema.arrow(), 0).is_some();
         let key = content_key([table.array()], |digest| {
@@ -125,10 +124,13 @@ impl TableFile {
         Ok(self.layout.get_or_init(|| layout))
     }
 
-    /// Writes sized Parquet in `layout` into `out`, the table's rows read as they are
-    /// written.
-    fn write_sized(&self, layout: &SizedParquet, out: &mut CacheWriter) -> io::Result<()> {
-        let mut reader = self.read()?;
+    /// Writes sized Parquet in `layout` into `out`, from `reader`'s rows.
+    fn write_sized(
+        &self,
+        layout: &SizedParquet,
+        mut reader: ReadAhead,
+        out: &mut CacheWriter,
+    ) -> io::Result<()> {
         if reader.schema() != self.table.array().schema.arrow() {
             return Err(io::Error::other(
                 "the read's columns are not the schema's: not sized Parquet",
@@ -167,9 +169,11 @@ impl TableFile {
     fn generate(&self, cx: &FileContext) -> FsResult<()> {
         let (cache, what) = (&cx.options.cache, self.what());
         if self.sized {
-            let layout = self.layout()?;
             return generate_whole_seekable(cache, &self.key, &what, |out| {
-                self.write_sized(layout, out)
+                // The read starts first: its first batches come while the rows are counted.
+                let reader = self.read()?;
+                let layout = self.layout().map_err(io::Error::other)?;
+                self.write_sized(layout, reader, out)
             });
         }
         generate_whole(cache, &self.key, &what, |out| {
