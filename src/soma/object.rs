@@ -396,24 +396,24 @@ pub struct Store {
 /// The sparse global-order reader's tile-order pre-processing is off: libtiledb 2.30 merges
 /// the tile lists on its thread pool while the query runs, and a query that ends before that
 /// merge does frees the merge's memory under its tasks (fixed upstream after 2.30, TileDB
-/// pull request 5723). The daemon crashed there (`MergeUnit::~MergeUnit`), rarely, in the
-/// integration tests. Without it the reader loads tiles fragment by fragment, as before
-/// libtiledb 2.28.
+/// pull request 5723): a daemon with it crashes there (`MergeUnit::~MergeUnit`), rarely,
+/// as the integration tests found. Without it the reader loads tiles fragment by fragment.
 ///
 /// libtiledb sends what it fetches at once (a query's tiles, an array's enumerations, its
 /// fragments' metadata) through its IO thread pool, whose size is one thread per core by
-/// default: on this 2-core machine, a read of obs's 19 tile files over S3 took 8 round
-/// trips, 2 requests at a time. With 8 threads `cat obs/data.csv` over S3 at 20 ms a request
-/// took 1.0 s instead of 1.3; with 16, 2.0 s (measured on 2 cores, against a local S3
-/// server). On a local disk the reads take the same time either way.
+/// default: on a 2-core machine, a read of obs's 19 tile files over S3 takes 8 round trips,
+/// 2 requests at a time. With 8 threads `cat obs/data.csv` over S3 at 20 ms a request takes
+/// 1.0 s against 1.3; with 16, 2.0 s (2 cores, a local S3 server). On a local disk the reads
+/// take the same time either way.
 ///
 /// On object storage libtiledb reads at least `vfs.read_ahead_size` bytes from a file when
 /// asked for fewer, and keeps them for the next read of that stretch (a cache of 10 MiB,
 /// by file). At 1 MiB rather than 100 KiB a read's first tiles are fetched once: the first
 /// query of a sparse read takes a few rows from a band's first data tiles, and the query
 /// for the rest of the band, whose tiles of a column come to less than 1 MiB, finds them
-/// kept (`head` of X sent 28 requests, 5 more than tiledbsoma, and sends 21). A small file
-/// costs the same one request; local files are not read ahead.
+/// kept (`head` of X: 21 requests, where 100 KiB fetches those tiles twice, 28 requests
+/// against tiledbsoma's 23). A small file costs the same one request; local files are not
+/// read ahead.
 const BASE_CONFIG: [(&str, &str); 7] = [
     ("vfs.read_ahead_size", "1048576"),
     ("sm.io_concurrency_level", "8"),
