@@ -41,7 +41,7 @@ fn has_escape(name: &str) -> bool {
 mod tests {
     use super::file_name;
 
-    /// The store name a shown name stands for, by the README's rule (the inverse of
+    /// The store name a shown name stands for, by the rule of docs/REFERENCE.md (the inverse of
     /// [`file_name`], written from the rule rather than from the encoder).
     fn decode(shown: &str) -> String {
         match shown {

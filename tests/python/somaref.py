@@ -33,7 +33,7 @@ GENERATED_IN_ARRAY_DIR = ("metadata.json", "schema.json")
 
 
 def encode_name(name: str) -> str:
-    """The file name soma-mount shows for a member name, by the README's rule ("The tree"):
+    """The file name soma-mount shows for a member name, by docs/REFERENCE.md's rule ("The tree"):
     a valid file name with no percent escape in it (`%` and two hex digits) is shown as it
     is; any other name is percent-encoded ('%' -> %25, '/' -> %2F, NUL -> %00; "" -> %00,
     "." -> %2E, ".." -> %2E%2E), so that every shown name stands for one member alone."""

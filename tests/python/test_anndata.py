@@ -1,4 +1,4 @@
-"""Integration tests for the AnnData views (LAYOUT.md "AnnData views"; README "AnnData:
+"""Integration tests for the AnnData views (LAYOUT.md "AnnData views"; REFERENCE.md "AnnData:
 `anndata/`"):
 
 - <experiment>/anndata/<measurement>.h5ad of every experiment fixture (pbmc's RNA and
@@ -7,7 +7,7 @@
   (X from `data`, every other layer under layers): obs and var (index, column order, values,
   dtypes, categories and their order), X and every layer (same entries, same dtype), obsm,
   varm, obsp, varp and uns. Where anndata cannot hold what to_anndata holds (object
-  columns with nulls, bytes, timestamps), the file holds what the README says.
+  columns with nulls, bytes, timestamps), the file holds what docs/REFERENCE.md says.
 - anndata/by/<column>/<label>/<measurement>.h5ad equals to_anndata's AnnData restricted to
   the label's cells (obs rows; rows of X, layers and obsm; rows and columns of obsp).
 - h5py finds encoding-type and encoding-version on every group and dataset.
@@ -86,7 +86,7 @@ def read_quietly(path) -> anndata.AnnData:
 
 def reference(uri: Path, measurement: str) -> anndata.AnnData:
     """tiledbsoma's to_anndata with X from `data` (else the first layer by name) and every
-    other layer, as the README says."""
+    other layer, as docs/REFERENCE.md says."""
     with tiledbsoma.Experiment.open(str(uri)) as exp:
         layers = sorted(exp.ms[measurement].X.keys())
         x = "data" if "data" in layers else layers[0]
@@ -98,7 +98,7 @@ def reference(uri: Path, measurement: str) -> anndata.AnnData:
 
 
 # --------------------------------------------------------------------------------------
-# what the file holds for what anndata cannot (README "AnnData: `anndata/`")
+# what the file holds for what anndata cannot (REFERENCE.md "AnnData: `anndata/`")
 
 
 def iso8601(values: pd.Series) -> list:

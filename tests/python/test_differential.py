@@ -7,7 +7,7 @@ fragments, overwrites, deletes, resized domains, enumerations, NaN, infinities, 
 that needs quoting; see randstore.py), mounts it once with conftest's mount_guard (a
 random --chunk-cells; data files generated whole on open, with or without
 --exact-sizes, or streamed past a tiny --materialize-limit) and checks it against
-tiledbsoma and the contract (README.md):
+tiledbsoma and the contract (docs/REFERENCE.md):
 
 - the root lists every member once, under its own name ("The tree"), and each array
   directory lists what it must (data files, data.npy, slices/, by/);
@@ -137,7 +137,7 @@ def check_array_listing(d: Path, ref, enums: list, probs: Problems):
 def check_schema_json(node, d: Path, probs: Problems):
     want = somaref.expected_schema(node.uri)
     if want["cell_count"] is not None:
-        # README: the sum of the fragments' cell counts (tiledbsoma's count dedups).
+        # REFERENCE.md: the sum of the fragments' cell counts (tiledbsoma's count dedups).
         want["cell_count"] = sum(tiledb.array_fragments(node.uri).cell_num)
     try:
         got = read_json(d / "schema.json")

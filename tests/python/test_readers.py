@@ -8,7 +8,7 @@ file whose stat says 0. Each reader here reads a pbmc data file FIRST, on a fres
 fresh cache and a --materialize-limit below the file's size (so opening it does not generate it
 whole), and must get every row: its row count and the sums of integer columns equal
 tiledbsoma's. An error is a failure too: the contract names these readers as getting every row.
-fread, which only stats the path, is given --exact-sizes there (the README's rule: a stat of a
+fread, which only stats the path, is given --exact-sizes there (docs/REFERENCE.md's rule: a stat of a
 file above --materialize-limit generates it only with --exact-sizes).
 
 Whole directories: tar, rsync -a and cp -a of obs/ (slices/ and by/ included) with
