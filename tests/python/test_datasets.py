@@ -437,6 +437,7 @@ READERS = {
     "polars-scan_parquet-glob": Reader("parquet", polars_read(pl.scan_parquet, glob=True)),
     "polars-scan_parquet-dir": Reader("parquet", polars_read(pl.scan_parquet, glob=False)),
     "polars-scan_csv-glob": Reader("csv", polars_read(pl.scan_csv, glob=True)),
+    "polars-scan_csv-dir": Reader("csv", polars_read(pl.scan_csv, glob=False)),
     "spark-parquet-dir": Reader("parquet", spark_read, "spark"),
     "spark-csv-dir": Reader("csv", spark_read, "spark"),
     "pyarrow-dataset-dir": Reader("parquet", pyarrow_dataset_read),
