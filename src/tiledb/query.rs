@@ -155,7 +155,7 @@ pub enum TileUnit {
 /// libtiledb decompresses whole tiles, and a submission whose buffers fill inside a tile
 /// leaves the rest to the next submission, which decompresses that tile again. Batches
 /// that end inside tiles cost up to twice the decompression: a data frame of a million rows
-/// and 28 columns (tiles of about 20 MB) read in 16 MiB batches took 1.3 s, and in batches
+/// and 28 columns (tiles of about 20 MB) read in 16 MiB batches takes 1.3 s, and in batches
 /// of one tile each 0.45 s. So batches hold whole tiles (or bands of a dense read), as many
 /// as fit in `bytes` and at least one (up to `TILE_BATCH_MAX_BYTES` for one bigger than
 /// `bytes`), counted from the query's first cell: tile boundaries exactly when the query
