@@ -12,20 +12,19 @@
 //! The Parquet of an ND array is sized ([`SizedParquet`]): its columns are fixed-width and
 //! never null, so its layout, and with it its size, follows from its row count: every cell
 //! of a dense array's ranges, and a sparse array's as libtiledb counts them from the
-//! coordinates alone. A `stat` counts the rows and answers the
-//! exact size without generating the file, so listing `slices/parquet/` reads no cell
-//! value; the file is generated in that layout when it is opened.
+//! coordinates alone. A `stat` counts the rows and answers the exact size without
+//! generating the file, so listing `slices/parquet/` reads no cell value; the file is
+//! generated in that layout when it is opened.
 
 use std::io;
 use std::sync::{Arc, Mutex, OnceLock};
-
-use crate::sync::Recover;
 
 use crate::format::parquet_sized::SizedParquet;
 use crate::format::{self, TableFormat};
 use crate::soma::{
     counted_cells, estimated_cells, ArrayObject, BatchReader, ReadAhead, Selection, BATCH_BYTES,
 };
+use crate::sync::Recover;
 
 use arrow_array::RecordBatch;
 
