@@ -375,6 +375,34 @@ fn unknown_and_malformed_names_are_not_found() {
 }
 
 #[test]
+fn slices_is_a_directory_per_format_each_opening_slices_of_its_own_format_by_name() {
+    let m = mount();
+    let slices = m.stat("obs/slices").unwrap();
+    assert_eq!(m.names(slices.ino), ["csv", "tsv", "parquet", "jsonl"]);
+    for format in ["csv", "tsv", "parquet", "jsonl"] {
+        let dir = m.stat(&format!("obs/slices/{format}")).unwrap();
+        assert!(dir.is_dir, "{format}");
+        let slice = m
+            .stat(&format!("obs/slices/{format}/0-9.{format}"))
+            .unwrap();
+        assert!(!slice.is_dir);
+        // A slice opened by name is not listed: a stat does not generate it.
+        assert_eq!((slice.size, slice.size_known), (0, false), "{format}");
+    }
+    for path in [
+        "obs/slices/csv/0-9.tsv",
+        "obs/slices/parquet/0-9.csv",
+        "obs/slices/jsonl/9-3.jsonl",
+        "obs/slices/tsv/csv",
+        "obs/slices/xml",
+    ] {
+        assert_eq!(m.stat(path), Err(FsError::NotFound), "{path}");
+    }
+    // The names of today open under slices/ itself, in any format.
+    assert!(!m.stat("obs/slices/0-9.parquet").unwrap().is_dir);
+}
+
+#[test]
 fn files_and_directories_are_not_confused() {
     let m = mount();
     let obs = m.stat("obs").unwrap();
