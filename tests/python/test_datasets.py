@@ -63,7 +63,7 @@ import dataref
 import somaref
 import tiledbsoma
 from conftest import mount_guard, within
-from test_readers import r_has
+from test_readers import r_has, run
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl")
 CHUNKS = 25  # --chunk-cells = stored cells // CHUNKS
@@ -167,12 +167,6 @@ def assert_summary(got: Summary, want: Expected, what: str):
 
 # --------------------------------------------------------------------------------------
 # helpers
-
-
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT, **kw)
-    assert r.returncode == 0, f"{cmd} exited {r.returncode}:\n{r.stderr[-3000:]}"
-    return r
 
 
 def chunk_ranges(names: list[str], ext: str, where: str) -> list[tuple[int, int, str]]:
