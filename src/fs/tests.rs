@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use arrow_schema::DataType;
 
+use crate::format::parquet_sized::SizedParquet;
 use crate::soma::{ArrayObject, Column, GroupObject, Objects, SomaObject, SomaSchema, SomaType};
 use crate::tiledb::{
     self, Datatype, EnumerationInfo, Fragment, Member, Metadata, MetadataValue, ObjectType, Value,
@@ -159,6 +160,35 @@ fn dataframe(uri: &str, fragment: &str) -> SomaObject {
     )))
 }
 
+/// A dense ND array of 100 x 10 float32 cells, described only (no data behind it).
+fn dense_array(uri: &str) -> SomaObject {
+    let mut data = column("soma_data", Datatype::Float32, DataType::Float32, false);
+    data.nullable = false;
+    let mut columns = vec![
+        column("soma_dim_0", Datatype::Int64, DataType::Int64, true),
+        column("soma_dim_1", Datatype::Int64, DataType::Int64, true),
+        data,
+    ];
+    columns[1].domain = Some((Value::Int(0), Value::Int(9)));
+    let schema = SomaSchema {
+        dense: true,
+        shape: Some(vec![100, 10]),
+        tile_cells: None,
+        ..SomaSchema::sparse_frame(columns)
+    };
+    SomaObject::Array(Arc::new(ArrayObject::described(
+        uri,
+        SomaType::DenseNDArray,
+        text_metadata(&[("soma_object_type", "SOMADenseNDArray")]),
+        schema,
+        vec![
+            Some((Value::Int(0), Value::Int(99))),
+            Some((Value::Int(0), Value::Int(9))),
+        ],
+        Vec::new(),
+    )))
+}
+
 /// An experiment: obs, ms/ (empty), members named a/b and a%2Fb, a member named like a
 /// generated file, and a member that cannot be opened.
 fn store() -> Arc<FakeStore> {
@@ -196,6 +226,11 @@ impl Drop for Mounted {
 }
 
 fn mount_with(store: Arc<FakeStore>, ttl: Duration) -> Mounted {
+    mount_at(store, "mem://exp", ttl)
+}
+
+/// A mount whose root is the object at `root`.
+fn mount_at(store: Arc<FakeStore>, root: &str, ttl: Duration) -> Mounted {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
     let cache_dir =
@@ -207,7 +242,7 @@ fn mount_with(store: Arc<FakeStore>, ttl: Duration) -> Mounted {
         chunk_cells: 1_000_000,
         metadata_ttl: ttl,
     };
-    let tree = Tree::new(store.clone(), "mem://exp", options);
+    let tree = Tree::new(store.clone(), root, options);
     Mounted {
         tree,
         store,
@@ -400,6 +435,30 @@ fn slices_is_a_directory_per_format_each_opening_slices_of_its_own_format_by_nam
     }
     // The names of today open under slices/ itself, in any format.
     assert!(!m.stat("obs/slices/0-9.parquet").unwrap().is_dir);
+}
+
+#[test]
+fn the_parquet_of_an_nd_array_has_its_exact_size_at_its_first_stat_without_a_read() {
+    let store = store();
+    let dense = dense_array("mem://dense");
+    let schema = match &dense {
+        SomaObject::Array(array) => array.schema.arrow(),
+        SomaObject::Group(_) => unreachable!("dense_array makes an array"),
+    };
+    store.put(dense);
+    let m = mount_at(store, "mem://dense", Duration::from_secs(60));
+    let sized = |rows: u64| SizedParquet::of(&schema, rows).unwrap().size();
+    // The array has no data behind it: a size that needed a read would fail.
+    let whole = m.stat("data.parquet").unwrap();
+    assert_eq!((whole.size, whole.size_known), (sized(1000), true));
+    let chunks = m.stat("slices/parquet").unwrap();
+    assert_eq!(m.names(chunks.ino), ["0-99.parquet"]);
+    let chunk = m.stat("slices/parquet/0-99.parquet").unwrap();
+    assert_eq!((chunk.size, chunk.size_known), (sized(1000), true));
+    let named = m.stat("slices/5-9,2-3.parquet").unwrap();
+    assert_eq!((named.size, named.size_known), (sized(10), true));
+    // The other formats are generated to be sized, which fails here.
+    assert!(matches!(m.stat("data.csv"), Err(FsError::Io(_))));
 }
 
 #[test]
