@@ -163,6 +163,18 @@ fn generate_into(
     })
 }
 
+/// Runs `work`, work on the store for one file that is not a generation (the count its
+/// size follows from), as one: in a turn of `--max-generations`, and shown by `soma-mount
+/// status` while it runs. Inside a generation it is part of that one, and takes no turn of
+/// its own (waiting for one could wait for itself).
+pub fn as_generation<T>(work: impl FnOnce() -> T) -> T {
+    if activity::generating() {
+        return work();
+    }
+    let _slot = crate::budget::generations().take(1);
+    Progress::begin().run(work)
+}
+
 /// Opens the cache entry for `key`, just generated.
 pub fn open_generated(cache: &ContentCache, key: &CacheKey, what: &str) -> FsResult<OpenFile> {
     let (file, _) = cache

@@ -31,7 +31,8 @@ use arrow_array::RecordBatch;
 use super::super::activity;
 use super::super::cache::CacheKey;
 use super::super::data::{
-    content_key, generate_whole, generate_whole_seekable, open_generated, small, CacheWriter,
+    as_generation, content_key, generate_whole, generate_whole_seekable, open_generated, small,
+    CacheWriter,
 };
 use super::super::error::{FsError, FsResult};
 use super::super::open_file::{OpenFile, Stream};
@@ -115,8 +116,8 @@ impl TableFile {
             return Ok(layout);
         }
         let array = self.table.array();
-        let counted =
-            counted_cells(array, &self.table.selection).map_err(|e| FsError::io(self.what(), e))?;
+        let counted = as_generation(|| counted_cells(array, &self.table.selection))
+            .map_err(|e| FsError::io(self.what(), e))?;
         let layout = counted
             .and_then(|rows| SizedParquet::of(&array.schema.arrow(), rows))
             .ok_or_else(|| FsError::io(self.what(), "not sized Parquet"))?;
