@@ -6,6 +6,7 @@
 pub mod activity;
 pub mod cache;
 mod data;
+mod dirs;
 pub mod error;
 mod files;
 pub mod fuse;

@@ -32,9 +32,10 @@ use crate::tiledb::ObjectType;
 
 use super::activity;
 use super::data::DataOptions;
+use super::dirs::{self, DirContext, ObjectDir};
 use super::error::{FsError, FsResult};
 use super::files::{FileContext, FileKind, StatusFile, TreeCounts, STATUS_NAME};
-use super::node::{self, NodeKind};
+use super::node::NodeKind;
 use super::open_file::{OpenFile, Outcome, ReadAnswer, Stream};
 
 pub type Ino = u64;
@@ -168,12 +169,7 @@ impl Tree {
         let root = Node::new(
             ROOT,
             String::new(),
-            NodeKind::Object {
-                uri: root_uri.to_owned(),
-                recorded: None,
-                obs: None,
-                ancestors: Arc::new([]),
-            },
+            NodeKind::Dir(Arc::new(ObjectDir::root(root_uri))),
             &counts,
         );
         let status = Node::new(
@@ -418,11 +414,11 @@ impl Tree {
     /// requests earlier. Nothing is opened for a name that is no member, and nothing twice:
     /// the group's listing and the member's share the opens under way.
     fn open_named_member_early(&self, parent: &Node, name: &str) {
-        let NodeKind::Object {
+        let Some(ObjectDir {
             uri,
             recorded: Some(ObjectType::Group),
             ..
-        } = &parent.kind
+        }) = parent.kind.dir().and_then(|dir| dir.object())
         else {
             return;
         };
@@ -440,7 +436,7 @@ impl Tree {
                 let Ok(members) = tree.store.members(&uri) else {
                     return;
                 };
-                if let Some(member) = node::member_named(&members, &name) {
+                if let Some(member) = dirs::member_named(&members, &name) {
                     let _ = tree.store.open(&member.uri, Some(member.object_type));
                 }
             },
@@ -457,14 +453,12 @@ impl Tree {
             return Ok(self.status.clone());
         }
         // A slice can be opened by name without being listed.
-        let NodeKind::Slices(table, format) = &parent.kind else {
-            return Err(FsError::NotFound);
-        };
+        let dir = parent.kind.dir().ok_or(FsError::NotADirectory)?;
         let mut found = parent.found.lock().recover();
         if let Some(node) = found.get(name).and_then(Weak::upgrade) {
             return Ok(node);
         }
-        let kind = node::slice_by_name(table, *format, name).ok_or(FsError::NotFound)?;
+        let kind = dir.find(name).ok_or(FsError::NotFound)?;
         let node = self.new_node(&parent.path, name, kind);
         // Names the kernel forgot leave their nodes behind only as dead links: swept
         // whenever the map has doubled.
@@ -600,7 +594,7 @@ impl Tree {
     /// A node's listing if it is made and still fresh: object directories are listed again
     /// once older than the metadata TTL.
     fn fresh(&self, node: &Node, current: &Option<Arc<Listing>>) -> Option<Arc<Listing>> {
-        let expires = matches!(node.kind, NodeKind::Object { .. });
+        let expires = node.kind.is_object();
         current
             .as_ref()
             .filter(|l| !expires || l.made.elapsed() < self.files.options.metadata_ttl)
@@ -622,57 +616,29 @@ impl Tree {
         if let Some(listing) = self.fresh(node, &current) {
             return Ok(listing);
         }
-        let (fingerprint, named) = match &node.kind {
-            NodeKind::Object {
-                uri,
-                recorded,
-                obs,
-                ancestors,
-            } => {
-                match node::object_entries(&*self.store, uri, *recorded, obs.as_ref(), ancestors) {
-                    Ok((fingerprint, named)) => (Some(fingerprint), named),
-                    // A refresh that fails keeps the last good listing (a store that is briefly
-                    // unreachable must not look emptied); the next look tries again.
-                    Err(_) if current.as_ref().is_some_and(|l| l.fingerprint.is_some()) => {
-                        warn!("{uri}: keeping the last listing until the store answers again");
-                        let kept = current.expect("checked just above").renewed();
-                        *node.listing.write().recover() = Some(kept.clone());
-                        return Ok(kept);
-                    }
-                    Err(named) => (None, named),
-                }
-            }
-            NodeKind::Broken(message) => (None, node::error_entries(message)),
-            NodeKind::Slices(table, None) => (None, node::slices_entries(table)),
-            NodeKind::Slices(table, Some(format)) => {
-                let options = &self.files.options;
-                let (cells, limit) = (options.chunk_cells, options.materialize_limit);
-                (
-                    None,
-                    node::slices_format_entries(table, *format, cells, limit),
-                )
-            }
-            NodeKind::By(object) => (None, node::by_entries(object)),
-            NodeKind::ByColumn(object, column) => (None, node::by_column_entries(object, column)),
-            NodeKind::ByValue(table) => (None, node::table_entries(table)),
-            NodeKind::Tenx { measurement, obs } => {
-                (None, node::tenx_entries(&*self.store, measurement, obs))
-            }
-            NodeKind::TenxLayer(layer) => (None, node::tenx_layer_entries(layer)),
-            NodeKind::TenxBy(layer) => (None, node::tenx_by_entries(layer)),
-            NodeKind::TenxByColumn(layer, column) => {
-                (None, node::tenx_by_column_entries(layer, column))
-            }
-            NodeKind::AnnData(dir) => {
-                let cache = &self.files.options.cache;
-                (None, node::anndata_entries(&*self.store, dir, cache))
-            }
-            NodeKind::Zarr(dir) => (None, node::zarr_entries(dir)),
-            NodeKind::File(_) => (None, Vec::new()),
-        };
+        let dir = node.kind.dir().ok_or(FsError::NotADirectory)?;
+        let listed = dir.list(&DirContext {
+            store: &*self.store,
+            files: &self.files,
+        });
+        // A refresh that fails keeps the last good listing (a store that is briefly
+        // unreachable must not look emptied); the next look tries again.
+        if let Some(last) = current
+            .as_ref()
+            .filter(|l| listed.failed && l.fingerprint.is_some())
+        {
+            warn!(
+                "{}: keeping the last listing until the store answers again",
+                node.path
+            );
+            let kept = last.renewed();
+            *node.listing.write().recover() = Some(kept.clone());
+            return Ok(kept);
+        }
+        let fingerprint = listed.fingerprint;
         let listing = match current {
             Some(old) if old.fingerprint == fingerprint => old.renewed(),
-            _ => Arc::new(self.add_entries(&node.path, named, fingerprint)),
+            _ => Arc::new(self.add_entries(&node.path, listed.entries, fingerprint)),
         };
         *node.listing.write().recover() = Some(listing.clone());
         Ok(listing)
@@ -683,16 +649,14 @@ impl Tree {
     /// into one of them meanwhile waits for its listing (see `Node::making`) or makes it
     /// first.
     fn open_members_ahead(&self, node: &Node, listing: &Listing, levels: u32) {
-        if !matches!(node.kind, NodeKind::Object { .. })
-            || listing.members_ahead.swap(true, Ordering::Relaxed)
-        {
+        if !node.kind.is_object() || listing.members_ahead.swap(true, Ordering::Relaxed) {
             return;
         }
         let members = listing
             .entries
             .iter()
             .map(|(_, member)| member)
-            .filter(|n| matches!(n.kind, NodeKind::Object { .. }))
+            .filter(|n| n.kind.is_object())
             .filter(|n| n.listing.read().recover().is_none());
         for member in members {
             let Some(tree) = self.me() else {

@@ -1,0 +1,82 @@
+//! `anndata/` of an experiment: `<measurement>.h5ad` and `<measurement>.zarr/` for each
+//! measurement, and `by/` for the `.h5ad` of the cells of each label of obs's enumerated
+//! columns.
+
+use std::sync::Arc;
+
+use crate::soma::anndata::{AnnDataExperiment, Category};
+use crate::soma::{ArrayObject, SomaObject};
+use crate::tiledb::Value;
+
+use super::super::files::{H5adFile, ZarrStore};
+use super::super::names::file_name;
+use super::super::node::{dir, file, Entries, NodeKind};
+use super::by::{self, Split};
+use super::zarr::ZarrStoreDir;
+use super::{DirContext, DirKind, Listed};
+
+/// `anndata/` of the experiment (which its listing opens: obs and every part of each
+/// measurement).
+#[derive(Debug)]
+pub struct AnnDataDir(Arc<SomaObject>);
+
+impl AnnDataDir {
+    pub fn new(experiment: Arc<SomaObject>) -> AnnDataDir {
+        AnnDataDir(experiment)
+    }
+}
+
+impl DirKind for AnnDataDir {
+    fn list(&self, cx: &DirContext) -> Listed {
+        let SomaObject::Group(group) = self.0.as_ref() else {
+            return Listed::of(Vec::new());
+        };
+        let Some(experiment) = AnnDataExperiment::open(cx.store, group).map(Arc::new) else {
+            return Listed::of(Vec::new());
+        };
+        let mut named = h5ad_files(&experiment, &None);
+        for m in &experiment.measurements {
+            let cache = cx.files.options.cache.clone();
+            let store = ZarrStore::new(experiment.clone(), m.clone(), cache);
+            named.push((
+                format!("{}.zarr", file_name(&m.name)),
+                dir(ZarrStoreDir(store)),
+            ));
+        }
+        named.extend(by::entry(Arc::new(AnnDataSplit(experiment))));
+        Listed::of(named)
+    }
+}
+
+/// `<measurement>.h5ad` of each measurement, for the cells of `category`.
+fn h5ad_files(experiment: &Arc<AnnDataExperiment>, category: &Category) -> Entries {
+    let h5ad = |m| H5adFile::new(experiment.clone(), Arc::clone(m), category.clone());
+    (experiment.measurements.iter())
+        .map(|m| (format!("{}.h5ad", file_name(&m.name)), file(h5ad(m))))
+        .collect()
+}
+
+/// The experiment's cells, split by obs's enumerated columns.
+#[derive(Debug)]
+struct AnnDataSplit(Arc<AnnDataExperiment>);
+
+impl Split for AnnDataSplit {
+    fn frame(&self) -> &ArrayObject {
+        &self.0.obs
+    }
+
+    fn part(&self, column: &str, label: Option<Value>) -> NodeKind {
+        let category = Some((column.to_owned(), label));
+        dir(AnnDataCategoryDir(self.0.clone(), category))
+    }
+}
+
+/// `anndata/by/<column>/<label>/`: `<measurement>.h5ad` of the label's cells.
+#[derive(Debug)]
+struct AnnDataCategoryDir(Arc<AnnDataExperiment>, Category);
+
+impl DirKind for AnnDataCategoryDir {
+    fn list(&self, _: &DirContext) -> Listed {
+        Listed::of(h5ad_files(&self.0, &self.1))
+    }
+}
