@@ -8,13 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use arrow_schema::DataType;
-
 use crate::format::parquet_sized::SizedParquet;
-use crate::soma::{ArrayObject, Column, GroupObject, Objects, SomaObject, SomaSchema, SomaType};
-use crate::tiledb::{
-    self, Datatype, EnumerationInfo, Fragment, Member, Metadata, MetadataValue, ObjectType, Value,
-};
+use crate::soma::fixtures::{dataframe, dense_array, group, sparse_array};
+use crate::soma::{Objects, SomaObject};
+use crate::tiledb::{self, Member, ObjectType};
 
 use super::cache::ContentCache;
 use super::data::DataOptions;
@@ -82,135 +79,28 @@ impl FakeStore {
     }
 }
 
-fn text_metadata(pairs: &[(&str, &str)]) -> Metadata {
-    pairs
-        .iter()
-        .map(|(k, v)| {
-            let value = MetadataValue {
-                datatype: Datatype::StringUtf8,
-                values: vec![Value::Text((*v).to_owned())],
-            };
-            ((*k).to_owned(), value)
-        })
-        .collect()
-}
-
-fn group(uri: &str, soma_type: &str, members: &[(&str, &str, ObjectType)]) -> SomaObject {
-    let metadata = text_metadata(&[("soma_object_type", soma_type)]);
-    SomaObject::Group(GroupObject {
-        uri: uri.to_owned(),
-        soma_type: SomaType::recognise(ObjectType::Group, &metadata),
-        metadata,
-        members: members
-            .iter()
-            .map(|(name, uri, object_type)| Member {
-                name: (*name).to_owned(),
-                uri: (*uri).to_owned(),
-                object_type: *object_type,
-            })
-            .collect(),
-    })
-}
-
-fn column(name: &str, datatype: Datatype, arrow_type: DataType, index: bool) -> Column {
-    Column {
-        name: name.to_owned(),
-        datatype,
-        cell_val_num: 1,
-        arrow_type,
-        nullable: !index,
-        is_index: index,
-        domain: index.then_some((Value::Int(0), Value::Int(99))),
-        schema_domain: index.then_some((Value::Int(0), Value::Int(i64::MAX - 100))),
-        tile_extent: index.then_some(Value::Int(10)),
-        enumeration: None,
-    }
-}
-
-/// A data frame of 100 rows: soma_joinid, a float, and a categorical with labels a, b/c.
-fn dataframe(uri: &str, fragment: &str) -> SomaObject {
-    let mut category = column(
-        "cell_type",
-        Datatype::Int8,
-        DataType::Dictionary(Box::new(DataType::Int8), Box::new(DataType::LargeUtf8)),
-        false,
-    );
-    category.enumeration = Some(EnumerationInfo {
-        datatype: Datatype::StringUtf8,
-        ordered: false,
-        values: vec![Value::Text("a".into()), Value::Text("b/c".into())],
-    });
-    let schema = SomaSchema::sparse_frame(vec![
-        column("soma_joinid", Datatype::Int64, DataType::Int64, true),
-        column("x", Datatype::Float64, DataType::Float64, false),
-        category,
-    ]);
-    let fragments = vec![Fragment {
-        uri: fragment.to_owned(),
-        cell_num: 100,
-        first_dimension: Some((Value::Int(0), Value::Int(99))),
-    }];
-    SomaObject::Array(Arc::new(ArrayObject::described(
-        uri,
-        SomaType::DataFrame,
-        text_metadata(&[("soma_object_type", "SOMADataFrame")]),
-        schema,
-        vec![Some((Value::Int(0), Value::Int(99)))],
-        fragments,
-    )))
-}
-
-/// A dense ND array of 100 x 10 float32 cells, described only (no data behind it).
-fn dense_array(uri: &str) -> SomaObject {
-    let mut data = column("soma_data", Datatype::Float32, DataType::Float32, false);
-    data.nullable = false;
-    let mut columns = vec![
-        column("soma_dim_0", Datatype::Int64, DataType::Int64, true),
-        column("soma_dim_1", Datatype::Int64, DataType::Int64, true),
-        data,
-    ];
-    columns[1].domain = Some((Value::Int(0), Value::Int(9)));
-    let schema = SomaSchema {
-        dense: true,
-        shape: Some(vec![100, 10]),
-        tile_cells: None,
-        ..SomaSchema::sparse_frame(columns)
-    };
-    SomaObject::Array(Arc::new(ArrayObject::described(
-        uri,
-        SomaType::DenseNDArray,
-        text_metadata(&[("soma_object_type", "SOMADenseNDArray")]),
-        schema,
-        vec![
-            Some((Value::Int(0), Value::Int(99))),
-            Some((Value::Int(0), Value::Int(9))),
+/// An experiment: obs, ms/ (empty), members named a/b and a%2Fb, a member named like a
+/// generated file, and a member that cannot be opened.
+fn store() -> Arc<FakeStore> {
+    let store = Arc::new(FakeStore::default());
+    store.put(group(
+        "mem://exp",
+        "SOMAExperiment",
+        &[
+            ("obs", "mem://exp/obs", ObjectType::Array),
+            ("ms", "mem://exp/ms", ObjectType::Group),
+            ("a/b", "mem://exp/slash", ObjectType::Group),
+            ("a%2Fb", "mem://exp/looks_encoded", ObjectType::Group),
+            ("metadata.json", "mem://exp/clash", ObjectType::Group),
+            ("gone", "mem://exp/gone", ObjectType::Group),
         ],
-        Vec::new(),
-    )))
-}
-
-/// A sparse ND array of 100 x 10 float32 cells, described only (no data behind it).
-fn sparse_array(uri: &str) -> SomaObject {
-    let SomaObject::Array(dense) = dense_array(uri) else {
-        unreachable!("dense_array makes an array")
-    };
-    let schema = SomaSchema {
-        dense: false,
-        ..dense.schema.clone()
-    };
-    let fragments = vec![Fragment {
-        uri: format!("{uri}/frag"),
-        cell_num: 300,
-        first_dimension: Some((Value::Int(0), Value::Int(99))),
-    }];
-    SomaObject::Array(Arc::new(ArrayObject::described(
-        uri,
-        SomaType::SparseNDArray,
-        text_metadata(&[("soma_object_type", "SOMASparseNDArray")]),
-        schema,
-        dense.non_empty_domain.clone(),
-        fragments,
-    )))
+    ));
+    store.put(dataframe("mem://exp/obs", "frag-1"));
+    for uri in ["ms", "slash", "looks_encoded", "clash"] {
+        store.put(group(&format!("mem://exp/{uri}"), "SOMACollection", &[]));
+    }
+    store.fail("mem://exp/gone", "Group does not exist");
+    store
 }
 
 /// [`store`] whose `ms` holds a measurement RNA: var, and X with a sparse layer `data`.
@@ -237,30 +127,6 @@ fn store_with_measurement() -> Arc<FakeStore> {
         &[("data", "mem://exp/ms/RNA/X/data", array)],
     ));
     store.put(sparse_array("mem://exp/ms/RNA/X/data"));
-    store
-}
-
-/// An experiment: obs, ms/ (empty), members named a/b and a%2Fb, a member named like a
-/// generated file, and a member that cannot be opened.
-fn store() -> Arc<FakeStore> {
-    let store = Arc::new(FakeStore::default());
-    store.put(group(
-        "mem://exp",
-        "SOMAExperiment",
-        &[
-            ("obs", "mem://exp/obs", ObjectType::Array),
-            ("ms", "mem://exp/ms", ObjectType::Group),
-            ("a/b", "mem://exp/slash", ObjectType::Group),
-            ("a%2Fb", "mem://exp/looks_encoded", ObjectType::Group),
-            ("metadata.json", "mem://exp/clash", ObjectType::Group),
-            ("gone", "mem://exp/gone", ObjectType::Group),
-        ],
-    ));
-    store.put(dataframe("mem://exp/obs", "frag-1"));
-    for uri in ["ms", "slash", "looks_encoded", "clash"] {
-        store.put(group(&format!("mem://exp/{uri}"), "SOMACollection", &[]));
-    }
-    store.fail("mem://exp/gone", "Group does not exist");
     store
 }
 

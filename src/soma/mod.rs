@@ -7,6 +7,8 @@
 
 pub mod anndata;
 mod error;
+#[cfg(test)]
+pub mod fixtures;
 pub mod joinids;
 mod object;
 mod reader;

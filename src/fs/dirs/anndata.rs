@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::soma::anndata::{AnnDataExperiment, Category};
+use crate::soma::anndata::{AnnDataElements, AnnDataExperiment, Category};
 use crate::soma::{ArrayObject, SomaObject};
 use crate::tiledb::Value;
 
@@ -36,12 +36,12 @@ impl DirKind for AnnDataDir {
         };
         let mut named = h5ad_files(&experiment, &None);
         for m in &experiment.measurements {
-            let cache = cx.files.options.cache.clone();
-            let store = ZarrStore::new(experiment.clone(), m.clone(), cache);
-            named.push((
-                format!("{}.zarr", file_name(&m.name)),
-                dir(ZarrStoreDir(store)),
-            ));
+            let Some(elements) = AnnDataElements::of(&experiment, m, &None) else {
+                continue;
+            };
+            let store = ZarrStore::new(elements, cx.files.options.cache.clone());
+            let name = format!("{}.zarr", file_name(&m.name));
+            named.push((name, dir(ZarrStoreDir(store))));
         }
         named.extend(by::entry(Arc::new(AnnDataSplit(experiment))));
         Listed::of(named)
@@ -50,9 +50,11 @@ impl DirKind for AnnDataDir {
 
 /// `<measurement>.h5ad` of each measurement, for the cells of `category`.
 fn h5ad_files(experiment: &Arc<AnnDataExperiment>, category: &Category) -> Entries {
-    let h5ad = |m| H5adFile::new(experiment.clone(), Arc::clone(m), category.clone());
     (experiment.measurements.iter())
-        .map(|m| (format!("{}.h5ad", file_name(&m.name)), file(h5ad(m))))
+        .filter_map(|m| {
+            let h5ad = H5adFile::new(experiment, m, category)?;
+            Some((format!("{}.h5ad", file_name(&m.name)), file(h5ad)))
+        })
         .collect()
 }
 

@@ -4,6 +4,7 @@
 //! nothing about any kind; a new kind of file is a new module here and a line in the
 //! listing that shows it ([`super::node`]).
 
+mod anndata;
 mod document;
 mod h5ad;
 mod npy;

@@ -45,7 +45,8 @@ use crate::format::anndata::{is_text, ColumnEncoding, ColumnSpec, Encoding};
 use crate::format::h5ad::FrameIndex;
 use crate::format::zarr::{self, ArrayMeta, Dtype};
 use crate::soma::anndata::{
-    self, AnnDataExperiment, AnnDataMeasurement, Axis, FrameRows, Named, UnsCollection, UnsMember,
+    self, Along, AnnDataElements, Axis, FrameRows, Layout, MatrixColumns, MatrixElement,
+    UnsCollection, UnsMember,
 };
 use crate::soma::joinids::Positions;
 use crate::soma::ArrayObject;
@@ -56,9 +57,9 @@ use super::super::data::{generate_whole, open_generated};
 use super::super::error::FsResult;
 use super::super::names::file_name;
 use super::super::open_file::OpenFile;
-use super::h5ad::{
+use super::anndata::{
     frame_columns, frame_index, matrix_type, measurement_key, scan_frame, uns_array_layout,
-    uns_element, uns_value, Layout, UnsElement,
+    uns_element, uns_value, UnsElement,
 };
 use super::{FileContext, FileKind};
 
@@ -71,8 +72,7 @@ pub struct ZarrStore {
 /// What a store is made from, which its arrays share (an array that held the store would
 /// keep it, and the tree that holds the array, alive for ever).
 struct Origin {
-    experiment: Arc<AnnDataExperiment>,
-    measurement: Arc<AnnDataMeasurement>,
+    elements: AnnDataElements,
     /// Where the entries per row of its CSR matrices are kept, with the chunks.
     cache: Arc<ContentCache>,
     /// Its uns arrays laid out from their schemas, read together.
@@ -81,10 +81,11 @@ struct Origin {
 
 impl Origin {
     fn what(&self) -> String {
-        format!(
-            "{} measurement {} as zarr",
-            self.experiment.obs.uri, self.measurement.name
-        )
+        let (obs, m) = (
+            &self.elements.obs.array.uri,
+            &self.elements.measurement.name,
+        );
+        format!("{obs} measurement {m} as zarr")
     }
 }
 
@@ -127,15 +128,11 @@ impl std::fmt::Debug for Origin {
 }
 
 impl ZarrStore {
-    pub fn new(
-        experiment: Arc<AnnDataExperiment>,
-        measurement: Arc<AnnDataMeasurement>,
-        cache: Arc<ContentCache>,
-    ) -> Arc<ZarrStore> {
+    /// The store of a measurement's AnnData elements (of all its cells).
+    pub fn new(elements: AnnDataElements, cache: Arc<ContentCache>) -> Arc<ZarrStore> {
         Arc::new(ZarrStore {
             origin: Arc::new(Origin {
-                experiment,
-                measurement,
+                elements,
                 cache,
                 uns: UnsTogether::default(),
             }),
@@ -191,15 +188,9 @@ pub struct ZarrChunk {
 impl ZarrChunk {
     pub fn new(array: Arc<ZarrArray>, k: u64) -> ZarrChunk {
         let origin = &array.origin;
-        let key = measurement_key(
-            "zarr",
-            &origin.experiment,
-            &origin.measurement,
-            &None,
-            |d| {
-                d.text(&array.path).number(k);
-            },
-        );
+        let key = measurement_key("zarr", &origin.elements, |d| {
+            d.text(&array.path).number(k);
+        });
         ZarrChunk { array, k, key }
     }
 
@@ -1192,15 +1183,15 @@ impl Builder<'_> {
     fn matrices(
         &self,
         path: &str,
-        members: &[Named],
-        source: impl Fn(&Named) -> io::Result<MatrixSource> + Sync,
-        layout: Layout,
+        members: &[MatrixElement],
+        source: &(dyn Fn(&MatrixElement) -> io::Result<MatrixSource> + Sync),
     ) -> io::Result<ZarrNode> {
         // At once: a sparse matrix's entries may be counted from its fragment list, a few
         // round trips of its own.
         let members = map_at_once(members, anndata::AT_ONCE, |member| {
             let name = file_name(&member.name);
-            let matrix = self.matrix(&format!("{path}/{name}"), source(member)?, layout)?;
+            let at = format!("{path}/{name}");
+            let matrix = self.matrix(&at, source(member)?, member.layout)?;
             Ok((name, matrix))
         })
         .into_iter()
@@ -1286,7 +1277,7 @@ fn build(origin: &Arc<Origin>) -> io::Result<ZarrGroup> {
     // uns is read while obs's and var's rows are, and the matrices made from them.
     let (members, uns) = at_once(
         || frames_and_matrices(&b),
-        || match &origin.measurement.uns {
+        || match origin.elements.uns() {
             Some(collection) => b.uns("uns", collection),
             None => Ok(group(encoding_attrs(Encoding::Dict), Vec::new())),
         },
@@ -1312,69 +1303,50 @@ fn build(origin: &Arc<Origin>) -> io::Result<ZarrGroup> {
 /// obs, var, X, layers, obsm, varm, obsp and varp: the rows of obs and var first, then every
 /// matrix at once.
 fn frames_and_matrices(b: &Builder) -> io::Result<Vec<(String, ZarrNode)>> {
-    let experiment = &b.origin.experiment;
-    let m = &*b.origin.measurement;
-    let obs_index = frame_index(&experiment.obs, "obs_id");
-    let var_index = frame_index(&m.var, "var_id");
+    let e = &b.origin.elements;
+    let (obs_index, var_index) = (frame_index(&e.obs), frame_index(&e.var));
     let (obs_rows, var_rows) = at_once(
-        || scan_frame(&experiment.obs, &None, &obs_index),
-        || scan_frame(&m.var, &None, &var_index),
+        || scan_frame(&e.obs.array, &e.obs.rows, &obs_index),
+        || scan_frame(&e.var.array, &e.var.rows, &var_index),
     );
     let (mut obs_rows, mut var_rows) = (obs_rows?, var_rows?);
-    let obs = AxisRows::new(&experiment.obs, &mut obs_rows);
-    let var = AxisRows::new(&m.var, &mut var_rows);
+    let obs = AxisRows::new(&e.obs.array, &mut obs_rows);
+    let var = AxisRows::new(&e.var.array, &mut var_rows);
     let lazy_frame = |frame: &Arc<ArrayObject>, rows: &Arc<AxisRows>| {
         Arc::new(FrameSource {
             frame: frame.clone(),
             rows: FrameRowsAt::Array(rows.clone()),
         })
     };
-    let obs_frame = b.frame(
-        "obs",
-        lazy_frame(&experiment.obs, &obs),
-        &obs_rows,
-        obs_index,
-    )?;
-    let var_frame = b.frame("var", lazy_frame(&m.var, &var), &var_rows, var_index)?;
+    let obs_frame = b.frame("obs", lazy_frame(&e.obs.array, &obs), &obs_rows, obs_index)?;
+    let var_frame = b.frame("var", lazy_frame(&e.var.array, &var), &var_rows, var_index)?;
 
-    let along = |array: &Arc<ArrayObject>, rows: &Arc<AxisRows>, cols: Columns| MatrixSource {
-        array: array.clone(),
-        rows: rows.clone(),
-        cols,
-        value_type: DataType::Null,
+    let rows_along = |along| match along {
+        Along::Obs => obs.clone(),
+        Along::Var => var.clone(),
     };
-    let (x, others) = m
-        .layers
-        .split_first()
-        .ok_or_else(|| io::Error::other("a measurement without layers"))?;
-    let genes = || Columns::Rows(var.clone());
-    // obsm and varm are dense, as to_anndata reads them.
-    let dense = |part: &str, named: &[Named], rows: &Arc<AxisRows>| {
-        let count = rows.positions.len() as u64;
-        let source = |n: &Named| {
-            let width = anndata::matrix_width(&n.array, count)? as usize;
-            Ok(along(&n.array, rows, Columns::Indices(width)))
+    let source = |matrix: &MatrixElement| -> io::Result<MatrixSource> {
+        let rows = rows_along(matrix.rows);
+        let cols = match matrix.columns {
+            MatrixColumns::Along(along) => Columns::Rows(rows_along(along)),
+            MatrixColumns::Width => {
+                Columns::Indices(e.width(matrix, rows.positions.len())? as usize)
+            }
         };
-        b.matrices(part, named, source, Layout::Dense)
+        Ok(MatrixSource {
+            array: matrix.array.clone(),
+            rows,
+            cols,
+            value_type: DataType::Null,
+        })
     };
-    let sparse = |part: &str, named: &[Named], rows: &Arc<AxisRows>| {
-        let source = |n: &Named| Ok(along(&n.array, rows, Columns::Rows(rows.clone())));
-        b.matrices(part, named, source, Layout::Sparse)
-    };
-    type Make<'a> = &'a (dyn Fn() -> io::Result<ZarrNode> + Sync);
-    let layer = |n: &Named| Ok(along(&n.array, &obs, genes()));
-    let parts: [(&str, Make); 6] = [
-        ("X", &|| {
-            b.matrix("X", along(&x.array, &obs, genes()), Layout::AsStored)
-        }),
-        ("layers", &|| {
-            b.matrices("layers", others, layer, Layout::AsStored)
-        }),
-        ("obsm", &|| dense("obsm", &m.obsm, &obs)),
-        ("varm", &|| dense("varm", &m.varm, &var)),
-        ("obsp", &|| sparse("obsp", &m.obsp, &obs)),
-        ("varp", &|| sparse("varp", &m.varp, &var)),
-    ];
+    type Make<'a> = Box<dyn Fn() -> io::Result<ZarrNode> + Sync + 'a>;
+    let x: Make = Box::new(|| b.matrix("X", source(&e.x)?, e.x.layout));
+    let mappings = e.mappings.iter().map(|mapping| -> (&str, Make) {
+        let make = || b.matrices(mapping.name, &mapping.members, &source);
+        (mapping.name, Box::new(make))
+    });
+    let parts: Vec<(&str, Make)> = std::iter::once(("X", x)).chain(mappings).collect();
     let matrices = map_at_once(&parts, parts.len(), |(_, make)| make());
     let mut members = vec![("obs".to_owned(), obs_frame), ("var".to_owned(), var_frame)];
     for ((part, _), matrix) in parts.into_iter().zip(matrices) {

@@ -19,6 +19,12 @@ use log::{debug, warn};
 use crate::sync::{at_once, map_at_once};
 use crate::tiledb::{self, Metadata, ObjectType, Value};
 
+mod elements;
+
+pub use elements::{
+    Along, AnnDataElements, FrameElement, Layout, MatrixColumns, MatrixElement, MatrixMapping,
+};
+
 use super::error::{Error, Result};
 use super::joinids::{joinids, Positions};
 use super::object::{ArrayObject, GroupObject, Objects, SomaObject};
@@ -828,44 +834,20 @@ pub fn matrix_width(array: &ArrayObject, rows: u64) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tiledb::Member;
-
-    /// Groups made up in memory, by URI.
-    struct Groups(Vec<Arc<SomaObject>>);
-
-    impl Objects for Groups {
-        fn open(
-            &self,
-            uri: &str,
-            _recorded: Option<ObjectType>,
-        ) -> crate::tiledb::Result<Arc<SomaObject>> {
-            let found = self.0.iter().find(|g| g.uri() == uri).cloned();
-            found.ok_or_else(|| crate::tiledb::Error::new(format!("no group at {uri}")))
-        }
-    }
-
-    fn group(uri: &str, members: &[(&str, &str)]) -> Arc<SomaObject> {
-        Arc::new(SomaObject::Group(GroupObject {
-            uri: uri.into(),
-            soma_type: SomaType::Collection,
-            metadata: Metadata::new(),
-            members: members
-                .iter()
-                .map(|(name, uri)| Member {
-                    name: (*name).into(),
-                    uri: (*uri).into(),
-                    object_type: ObjectType::Group,
-                })
-                .collect(),
-        }))
-    }
+    use crate::soma::fixtures::{group, MemoryStore};
 
     #[test]
     fn an_uns_collection_that_holds_its_own_holder_ends() {
-        let store = Groups(vec![
-            group("uns", &[("inner", "inner")]),
-            group("inner", &[("back", "uns"), ("leaf", "leaf")]),
-            group("leaf", &[]),
+        let collection = |uri, members: &[(&str, &str)]| {
+            let members: Vec<_> = (members.iter())
+                .map(|&(name, uri)| (name, uri, ObjectType::Group))
+                .collect();
+            group(uri, "SOMACollection", &members)
+        };
+        let store = MemoryStore::of(vec![
+            collection("uns", &[("inner", "inner")]),
+            collection("inner", &[("back", "uns"), ("leaf", "leaf")]),
+            collection("leaf", &[]),
         ]);
         let SomaObject::Group(uns) = store.0[0].as_ref() else {
             unreachable!()

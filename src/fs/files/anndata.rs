@@ -1,0 +1,332 @@
+//! The adapter between the AnnData elements of [`crate::soma::anndata`] and the containers
+//! that hold them ([`super::h5ad`] and [`super::zarr`]): the cache key of a measurement's
+//! AnnData, a frame's index and columns as AnnData encodes them, the type a matrix's values
+//! are written in, and what each uns array and value becomes. Both containers take these
+//! from here, so that an `.h5ad` and a Zarr store of one measurement hold the same AnnData.
+
+use std::io;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::DataType;
+
+use crate::format::h5ad::{Categories, ColumnSpec, FrameIndex};
+use crate::soma::anndata::{
+    self, AnnDataElements, Category, FrameElement, FrameRows, Layout, UnsFrame,
+};
+use crate::soma::{ArrayObject, Selection, SomaType};
+use crate::tiledb::{MetadataValue, Value};
+
+use super::super::cache::CacheKey;
+use super::super::data::content_key;
+use super::super::names::file_name;
+
+/// The cache key of content made of a measurement's AnnData elements (`kind`: which
+/// container); `describe` tells which part of it. Made from every array read, the names they
+/// are stored under, the uns collections' metadata and members, and the cells selected.
+pub(super) fn measurement_key(
+    kind: &str,
+    elements: &AnnDataElements,
+    describe: impl FnOnce(&mut crate::digest::Digest),
+) -> CacheKey {
+    let m = &elements.measurement;
+    let arrays = std::iter::once(&*elements.obs.array).chain(m.arrays());
+    content_key(arrays, |digest| {
+        digest.text(kind).text(&m.name);
+        for (part, members) in [
+            ("X", &m.layers),
+            ("obsm", &m.obsm),
+            ("varm", &m.varm),
+            ("obsp", &m.obsp),
+            ("varp", &m.varp),
+        ] {
+            digest.text(part).number(members.len() as u64);
+            for member in members {
+                digest.text(&member.name);
+            }
+        }
+        if let Some(uns) = &m.uns {
+            uns.fingerprints(&mut |fingerprint| {
+                digest.text(fingerprint);
+            });
+        }
+        let cells = Selection {
+            equals: elements.obs.rows.clone(),
+            ..Selection::default()
+        };
+        cells.digest_into(digest);
+        describe(digest);
+    })
+}
+
+/// How a frame of the AnnData is indexed in its container: by the column its element names
+/// (see [`anndata::index_column`]), else by the join ids as text (to_anndata's row numbers,
+/// which AnnData turns into text, are the join ids of a whole obs written by tiledbsoma).
+pub(super) fn frame_index(frame: &FrameElement) -> FrameIndex {
+    match &frame.index {
+        Some((name, named)) => FrameIndex::Column {
+            name: name.clone(),
+            named: *named,
+        },
+        None => FrameIndex::Column {
+            name: "soma_joinid".into(),
+            named: false,
+        },
+    }
+}
+
+/// The columns of a data frame as AnnData holds them: every column but `soma_joinid` and
+/// the index's, in schema order, each with its name in the file (named like members,
+/// percent-encoded where HDF5 cannot hold the name).
+pub(super) fn frame_columns(
+    frame: &ArrayObject,
+    rows: &FrameRows,
+    index: &FrameIndex,
+) -> io::Result<Vec<(ColumnSpec, String)>> {
+    let index_column = match index {
+        FrameIndex::Column { name, .. } => Some(name.as_str()),
+        FrameIndex::RowNumbers => None,
+    };
+    let dropped = |column: &str| {
+        column == "soma_joinid" && frame.soma_type.is_dataframe() || Some(column) == index_column
+    };
+    frame
+        .schema
+        .columns
+        .iter()
+        .filter(|c| !dropped(&c.name))
+        .map(|c| {
+            let categories =
+                anndata::categories(c)?.map(|(labels, ordered)| Categories { labels, ordered });
+            let spec = ColumnSpec {
+                name: c.name.clone(),
+                data_type: c.arrow_type.clone(),
+                has_nulls: rows.columns_with_nulls.contains(&c.name),
+                categories,
+            };
+            Ok((spec, file_name(&c.name)))
+        })
+        .collect()
+}
+
+/// The first pass over a data frame's rows (those of `category`) that lays it out: their
+/// join ids, and which of the columns that [`frame_columns`] lays out by their nulls (those
+/// that can hold one and are encoded by whether they do) hold one. No other column is read.
+pub(super) fn scan_frame(
+    frame: &ArrayObject,
+    category: &Category,
+    index: &FrameIndex,
+) -> io::Result<FrameRows> {
+    let nullable = |name: &str| {
+        frame
+            .schema
+            .columns
+            .iter()
+            .any(|c| c.name == name && c.nullable)
+    };
+    let null_checked: Vec<String> = frame_columns(frame, &FrameRows::default(), index)?
+        .into_iter()
+        .filter(|(spec, _)| nullable(&spec.name) && spec.encoding_depends_on_nulls())
+        .map(|(spec, _)| spec.name)
+        .collect();
+    Ok(anndata::scan_rows(frame, category, &null_checked)?)
+}
+
+/// The type of a matrix's values as written, and whether it is written dense. Booleans of a
+/// dense array are uint8, as tiledbsoma reads them.
+pub(super) fn matrix_type(array: &ArrayObject, layout: Layout) -> io::Result<(DataType, bool)> {
+    let mut value_type = array
+        .schema
+        .columns
+        .iter()
+        .rfind(|c| !c.is_index)
+        .map(|c| c.arrow_type.clone())
+        .ok_or_else(|| io::Error::other(format!("{}: no values", array.uri)))?;
+    let dense = match layout {
+        Layout::AsStored => array.schema.dense,
+        Layout::Dense => true,
+        Layout::Sparse => false,
+    };
+    if array.schema.dense && value_type == DataType::Boolean {
+        value_type = DataType::UInt8;
+    }
+    Ok((value_type, dense))
+}
+
+/// What an uns array is in the AnnData.
+pub(super) enum UnsElement {
+    /// An array of this shape, its values in C order.
+    Array { shape: Vec<usize>, values: ArrayRef },
+    /// A data frame, its rows read whole.
+    Frame {
+        batches: Vec<RecordBatch>,
+        index: FrameIndex,
+    },
+}
+
+/// The shape and value type of an uns array that [`uns_element`] makes an array of, as its
+/// schema and cell count tell without reading it: a dense array, or a data frame hinted as
+/// strings (one row per stored cell). `None` for what becomes a data frame.
+pub(super) fn uns_array_layout(array: &ArrayObject) -> io::Result<Option<(Vec<usize>, DataType)>> {
+    match array.soma_type {
+        SomaType::DenseNDArray => {
+            let Some(value) = array.schema.columns.iter().rfind(|c| !c.is_index) else {
+                return Ok(None);
+            };
+            let data_type = match &value.arrow_type {
+                DataType::Boolean => DataType::UInt8,
+                other => other.clone(),
+            };
+            Ok(Some((dense_shape(array), data_type)))
+        }
+        SomaType::SparseNDArray => Ok(None),
+        _ => {
+            let (first_column, columns) = match UnsFrame::of(array) {
+                UnsFrame::Strings1d => ("values", None),
+                UnsFrame::Strings2d => ("values_0", Some(strings_2d_columns(array).len())),
+                UnsFrame::Frame => return Ok(None),
+            };
+            let Some(first) = array.schema.columns.iter().find(|c| c.name == first_column) else {
+                return Ok(None);
+            };
+            let rows = array.stored_cells().map_err(crate::soma::Error::from)? as usize;
+            let shape = [rows].into_iter().chain(columns).collect();
+            Ok(Some((shape, first.arrow_type.clone())))
+        }
+    }
+}
+
+/// The shape of a dense uns array: its current domain.
+fn dense_shape(array: &ArrayObject) -> Vec<usize> {
+    (array.schema.shape.iter().flatten())
+        .map(|&n| n as usize)
+        .collect()
+}
+
+/// The columns of an uns data frame of strings in two dimensions: `values_0`, `values_1`, …
+fn strings_2d_columns(array: &ArrayObject) -> Vec<String> {
+    (0..)
+        .map(|i| format!("values_{i}"))
+        .take_while(|name| array.schema.columns.iter().any(|c| &c.name == name))
+        .collect()
+}
+
+/// An uns array: a dense array as an array of its shape; a sparse one as the data frame of
+/// its cells (`soma_dim_0`, `soma_dim_1`, …, `soma_data`); a data frame hinted as strings as
+/// an array of strings (one or two dimensions); any other data frame as a data frame.
+pub(super) fn uns_element(array: &ArrayObject) -> io::Result<UnsElement> {
+    let batches = anndata::read_all(array)?;
+    let column = |name: &str| -> io::Result<ArrayRef> {
+        let pieces = batches
+            .iter()
+            .map(|b| {
+                b.column_by_name(name)
+                    .map(|c| c.as_ref())
+                    .ok_or_else(|| io::Error::other(format!("{}: no column {name}", array.uri)))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        if pieces.is_empty() {
+            let field = array.schema.arrow().field_with_name(name).cloned();
+            let data_type = field.map_or(DataType::LargeUtf8, |f| f.data_type().clone());
+            return Ok(arrow_array::new_empty_array(&data_type));
+        }
+        arrow_select::concat::concat(&pieces).map_err(io::Error::other)
+    };
+    match array.soma_type {
+        SomaType::DenseNDArray => {
+            let value = array.schema.columns.iter().rfind(|c| !c.is_index);
+            let mut values = column(value.map_or("soma_data", |c| c.name.as_str()))?;
+            if values.data_type() == &DataType::Boolean {
+                values = arrow_cast::cast(&values, &DataType::UInt8).map_err(io::Error::other)?;
+            }
+            Ok(UnsElement::Array {
+                shape: dense_shape(array),
+                values,
+            })
+        }
+        SomaType::SparseNDArray => Ok(UnsElement::Frame {
+            batches,
+            index: FrameIndex::RowNumbers,
+        }),
+        _ => match UnsFrame::of(array) {
+            UnsFrame::Strings1d => {
+                let values = column("values")?;
+                Ok(UnsElement::Array {
+                    shape: vec![values.len()],
+                    values,
+                })
+            }
+            UnsFrame::Strings2d => {
+                let columns = strings_2d_columns(array)
+                    .iter()
+                    .map(|name| column(name))
+                    .collect::<io::Result<Vec<_>>>()?;
+                let rows = columns.first().map_or(0, |c| c.len());
+                // Row by row: row i holds values_0[i], values_1[i], …
+                let order: Vec<(usize, usize)> = (0..rows)
+                    .flat_map(|i| (0..columns.len()).map(move |j| (j, i)))
+                    .collect();
+                let parts: Vec<&dyn arrow_array::Array> =
+                    columns.iter().map(|c| c.as_ref()).collect();
+                let values = arrow_select::interleave::interleave(&parts, &order)
+                    .map_err(io::Error::other)?;
+                Ok(UnsElement::Array {
+                    shape: vec![rows, columns.len()],
+                    values,
+                })
+            }
+            UnsFrame::Frame => {
+                let index = match anndata::index_column(array, "index") {
+                    Some((name, named)) => FrameIndex::Column { name, named },
+                    None => FrameIndex::RowNumbers,
+                };
+                Ok(UnsElement::Frame { batches, index })
+            }
+        },
+    }
+}
+
+/// A metadata value of uns as values, and whether it is a scalar: one string or number is
+/// (all in an array of one), several are an array (a blob an array of bytes).
+pub(super) fn uns_value(value: &MetadataValue) -> (ArrayRef, bool) {
+    use arrow_array::{
+        BooleanArray, Float64Array, Int64Array, LargeStringArray, UInt64Array, UInt8Array,
+    };
+    let values = value.values.as_slice();
+    let scalar = matches!(values, [v] if !matches!(v, Value::Bytes(_)));
+    let array: ArrayRef = match values.first() {
+        Some(Value::UInt(_)) => Arc::new(UInt64Array::from_iter(values.iter().map(|v| match v {
+            Value::UInt(n) => Some(*n),
+            _ => None,
+        }))),
+        Some(Value::Float(_)) => {
+            Arc::new(Float64Array::from_iter(values.iter().map(|v| match v {
+                Value::Float(x) => Some(*x),
+                _ => None,
+            })))
+        }
+        Some(Value::Bool(_)) => Arc::new(BooleanArray::from_iter(values.iter().map(|v| match v {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }))),
+        Some(Value::Text(_)) => Arc::new(LargeStringArray::from_iter(values.iter().map(
+            |v| match v {
+                Value::Text(s) => Some(s.as_str()),
+                _ => None,
+            },
+        ))),
+        Some(Value::Bytes(_)) => Arc::new(UInt8Array::from_iter_values(values.iter().flat_map(
+            |v| match v {
+                Value::Bytes(b) => b.clone(),
+                _ => Vec::new(),
+            },
+        ))),
+        Some(Value::Int(_)) | None => {
+            Arc::new(Int64Array::from_iter(values.iter().map(|v| match v {
+                Value::Int(n) => Some(*n),
+                _ => None,
+            })))
+        }
+    };
+    (array, scalar)
+}
