@@ -19,6 +19,7 @@ use log::{debug, warn};
 use crate::sync::{at_once, map_at_once};
 use crate::tiledb::{self, Metadata, ObjectType, Value};
 
+pub mod csr;
 mod elements;
 
 pub use elements::{
