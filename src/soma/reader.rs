@@ -134,6 +134,7 @@ const RUNS_AHEAD: usize = 2;
 const CELLS_PER_QUERY: u64 = 4 << 20;
 
 /// How a reader gets rows sorted by the index columns.
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Plan {
     /// libtiledb returns them sorted in this layout.
     Sorted(Layout),
@@ -238,7 +239,6 @@ fn tile_unit(array: &ArrayObject, ranges: &[Vec<(Value, Value)>]) -> Option<Tile
     u64::try_from(cells).ok().map(TileUnit::DenseBand)
 }
 
-/// The cells that integer ranges select (one list per dimension, each filled), if countable.
 /// The ranges a read of `selection` reads, one list per index column: a dense array's
 /// empty ones filled in with the current domain (a dense read needs a subarray).
 fn read_ranges(array: &ArrayObject, selection: &Selection) -> Vec<Vec<(Value, Value)>> {
@@ -263,6 +263,7 @@ pub fn dense_rows(array: &ArrayObject, selection: &Selection) -> Option<u64> {
     (array.schema.dense && unconditional).then(|| selected_cells(&read_ranges(array, selection)))?
 }
 
+/// The cells that integer ranges select (one list per dimension, each filled), if countable.
 fn selected_cells(ranges: &[Vec<(Value, Value)>]) -> Option<u64> {
     let mut cells: u128 = 1;
     for dim_ranges in ranges {
@@ -313,6 +314,267 @@ fn band_runs(
     runs
 }
 
+/// The columns a read returns, in schema order: those named in `only` for an unsorted read
+/// ([`BatchReader::open_unsorted`]); else the index columns and the value columns
+/// `selection` asks for.
+fn read_columns(array: &ArrayObject, selection: &Selection, only: Option<&[&str]>) -> Vec<Column> {
+    array
+        .schema
+        .columns
+        .iter()
+        .filter(|c| match only {
+            Some(only) => only.contains(&c.name.as_str()),
+            None => {
+                c.is_index
+                    || selection
+                        .columns
+                        .as_ref()
+                        .is_none_or(|wanted| wanted.contains(&c.name))
+            }
+        })
+        .cloned()
+        .collect()
+}
+
+/// What a query reads of each of `columns`: its name and how its values are laid out.
+fn column_specs(columns: &[Column]) -> Vec<ColumnSpec> {
+    columns
+        .iter()
+        .map(|c| ColumnSpec {
+            name: c.name.clone(),
+            datatype: c.datatype,
+            cell_val_num: c.cell_val_num,
+            nullable: c.nullable,
+        })
+        .collect()
+}
+
+/// One test of a read's condition: the column holds `value`, in its native bytes (`None`:
+/// the column is null).
+#[derive(Debug, Clone, PartialEq)]
+struct Equality {
+    column: String,
+    value: Option<Vec<u8>>,
+}
+
+/// The equality `selection.equals` asks for: its column holds the label, in the
+/// enumeration's own type (text, or a native value). An error when the column is not
+/// enumerated.
+fn label_equality(array: &ArrayObject, selection: &Selection) -> Result<Option<Equality>> {
+    let Some((name, label)) = &selection.equals else {
+        return Ok(None);
+    };
+    let datatype = array
+        .schema
+        .columns
+        .iter()
+        .find(|c| &c.name == name)
+        .and_then(|c| c.enumeration.as_ref())
+        .map(|e| e.datatype)
+        .ok_or_else(|| Error::invalid(format!("{name} is not enumerated")))?;
+    let value = label.as_ref().map(|v| v.to_native(datatype)).transpose()?;
+    Ok(Some(Equality {
+        column: name.clone(),
+        value,
+    }))
+}
+
+/// The plan for reading `ranges` (one list per index column): libtiledb reads several ranges
+/// of one dimension only in row-major order, so a read of several ranges of a dimension
+/// after the first, or of the one dimension read in global order, is row-major. Several
+/// ranges of the first dimension of a band-sorted read keep its plan: they become its runs.
+fn multi_range_plan(plan: Plan, ranges: &[Vec<(Value, Value)>]) -> Plan {
+    let multi_range = |r: &Vec<(Value, Value)>| r.len() > 1;
+    if ranges.iter().skip(1).any(multi_range)
+        || (matches!(plan, Plan::Sorted(Layout::GlobalOrder)) && multi_range(&ranges[0]))
+    {
+        return Plan::Sorted(Layout::RowMajor);
+    }
+    plan
+}
+
+/// The plan for reading `array` in no order that means anything: a sparse array is read in
+/// global order, which needs no sort. Not unordered, as tiledbsoma reads: libtiledb 2.30's
+/// unordered reader loses rows of slices of arrays with overwritten cells (the differential
+/// test shows it). A dense array keeps `plan`.
+fn unsorted_plan(array: &ArrayObject, plan: Plan) -> Plan {
+    if array.schema.dense {
+        plan
+    } else {
+        Plan::Sorted(Layout::GlobalOrder)
+    }
+}
+
+/// Whether a read following `plan`, of about `read_bytes`, is sorted here, in memory: a
+/// sparse read that libtiledb would sort (row-major) of at most [`IN_MEMORY_SORT_BYTES`].
+/// Such a read is read in global order (not unordered: see [`unsorted_plan`]) and sorted
+/// whole: libtiledb's row-major reader is hundreds of times slower on some layouts
+/// (column-major cells with a float dimension and a domain near the end of int64: 4 s for a
+/// slice of 2,280 rows that tiledbsoma reads in 10 ms).
+fn sorts_in_memory(array: &ArrayObject, plan: &Plan, read_bytes: u64) -> bool {
+    !array.schema.dense
+        && plan_layout(plan) == Some(Layout::RowMajor)
+        && read_bytes <= IN_MEMORY_SORT_BYTES
+}
+
+/// How a read gets its rows in order: the [`Plan`] its queries follow, and whether it sorts
+/// them here, in memory.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ReadPlan {
+    plan: Plan,
+    /// For a read sorted in memory: the bytes it reads (estimated), all held until sorted.
+    sorted_bytes: Option<u64>,
+}
+
+impl ReadPlan {
+    /// The plan for reading `ranges` (one list per index column) of `array`, sorted or not
+    /// (`unsorted`), about `read_bytes` in all: the array's [`plan`], unless several ranges
+    /// of a dimension ([`multi_range_plan`]), no order ([`unsorted_plan`]) or a small read
+    /// ([`sorts_in_memory`]) decide otherwise, in that order.
+    fn choose(
+        array: &ArrayObject,
+        ranges: &[Vec<(Value, Value)>],
+        unsorted: bool,
+        read_bytes: u64,
+    ) -> ReadPlan {
+        let mut plan = multi_range_plan(plan(array), ranges);
+        if unsorted {
+            plan = unsorted_plan(array, plan);
+        }
+        let sorted_bytes = sorts_in_memory(array, &plan, read_bytes).then_some(read_bytes);
+        if sorted_bytes.is_some() {
+            plan = Plan::Sorted(Layout::GlobalOrder);
+        }
+        ReadPlan { plan, sorted_bytes }
+    }
+
+    /// The memory the reader takes from the budget (see [`reader_memory`]).
+    fn memory(&self, batch_bytes: usize) -> u64 {
+        let in_runs = matches!(self.plan, Plan::Bands { .. });
+        reader_memory(batch_bytes, in_runs, self.sorted_bytes)
+    }
+
+    /// Whether the read tests an exact value of a string dimension as a condition rather
+    /// than reading it as a range (see [`text_dimension_equalities`]): when libtiledb sorts
+    /// it row-major, or when it is sorted here.
+    fn tests_exact_text(&self) -> bool {
+        self.sorted_bytes.is_some() || plan_layout(&self.plan) == Some(Layout::RowMajor)
+    }
+}
+
+/// The exact values of string dimensions that a read following `read` tests as a condition,
+/// each one's range cleared from `ranges`: libtiledb 2.30's row-major reader crashes
+/// (SIGSEGV in its tile overlap ratio) on a range of a string dimension when a tile holds
+/// only empty strings there, and its global-order reader loses a row of such a range on an
+/// array of several index columns. None unless `read` [`ReadPlan::tests_exact_text`].
+fn text_dimension_equalities(
+    array: &ArrayObject,
+    read: &ReadPlan,
+    ranges: &mut [Vec<(Value, Value)>],
+) -> Vec<Equality> {
+    let mut equalities = Vec::new();
+    if !read.tests_exact_text() {
+        return equalities;
+    }
+    for (dim_ranges, column) in ranges.iter_mut().zip(array.schema.index_columns()) {
+        let [(Value::Text(lo), Value::Text(hi))] = dim_ranges.as_slice() else {
+            continue;
+        };
+        if lo != hi {
+            continue;
+        }
+        equalities.push(Equality {
+            column: column.name.clone(),
+            value: Some(lo.as_bytes().to_vec()),
+        });
+        dim_ranges.clear();
+    }
+    equalities
+}
+
+/// The condition a read's queries test each selected cell against: every one of
+/// `equalities`, combined with `and` in order. `None` when there is none: every selected
+/// cell is read.
+fn read_condition(array: &Array, equalities: &[Equality]) -> Result<Option<QueryCondition>> {
+    let mut condition: Option<QueryCondition> = None;
+    for equality in equalities {
+        let equals = QueryCondition::equals(array, &equality.column, equality.value.as_deref())?;
+        condition = Some(match condition {
+            Some(other) => other.and(&equals)?,
+            None => equals,
+        });
+    }
+    Ok(condition)
+}
+
+/// The rows of the first dimension a band-sorted read of `ranges` (all of it when empty)
+/// goes through: each range narrowed to the rows `array` stores, in order; none of those
+/// that hold no stored row.
+fn stored_rows(array: &ArrayObject, ranges: &[(Value, Value)]) -> Vec<(i128, i128)> {
+    let stored = array.non_empty_domain.first().cloned().flatten();
+    let stored = stored.and_then(|(a, b)| Some((a.as_i128()?, b.as_i128()?)));
+    let mut selected: Vec<(i128, i128)> = match ranges {
+        [] => stored.into_iter().collect(),
+        many => many
+            .iter()
+            .filter_map(|(a, b)| {
+                let (s, a, b) = (stored?, a.as_i128()?, b.as_i128()?);
+                Some((s.0.max(a), s.1.min(b)))
+            })
+            .filter(|r| r.0 <= r.1)
+            .collect(),
+    };
+    selected.sort_unstable();
+    selected
+}
+
+/// How a band-sorted read goes through its rows.
+struct BandRuns {
+    /// The runs of the first dimension its queries read, in order (inclusive).
+    runs: VecDeque<(i128, i128)>,
+    sorter: BandSorter,
+    /// The cells of a band of the selected rows, taken as spread evenly.
+    cells_per_band: u64,
+}
+
+/// The runs of a band-sorted read of `ranges` (one list per index column) of `array`, in
+/// bands of `extent` rows from `origin`, about `expected_cells` cells in all: [`band_runs`]
+/// of each range of [`stored_rows`], the first opening with a few rows; one empty run when
+/// nothing is stored in the selected ranges.
+fn band_runs_of(
+    array: &ArrayObject,
+    ranges: &[Vec<(Value, Value)>],
+    extent: i128,
+    origin: i128,
+    expected_cells: u64,
+) -> BandRuns {
+    let selected = stored_rows(array, &ranges[0]);
+    let selected_rows: i128 = selected.iter().map(|(a, b)| b - a + 1).sum();
+    let cells_per_band = (u128::from(expected_cells) * extent.max(1) as u128
+        / selected_rows.max(1) as u128)
+        .min(u128::from(u64::MAX)) as u64;
+    let mut runs = VecDeque::new();
+    for (i, range) in selected.into_iter().enumerate() {
+        runs.extend(band_runs(range, extent, origin, cells_per_band, i == 0));
+    }
+    if runs.is_empty() {
+        // Nothing stored in the selected ranges: an empty read.
+        runs.push_back((1, 0));
+    }
+    let sorter = BandSorter {
+        extent,
+        origin,
+        key_columns: ranges.len() - 1,
+        band: None,
+        pending: Vec::new(),
+    };
+    BandRuns {
+        runs,
+        sorter,
+        cells_per_band,
+    }
+}
+
 impl BatchReader {
     /// Starts reading `selection` of `array`, as of the array's snapshot (through the
     /// handle it was opened with).
@@ -339,6 +601,10 @@ impl BatchReader {
         BatchReader::open_with(array, selection, batch_bytes, Some((only, null_counted)))
     }
 
+    /// Starts a read of `selection` of `array`, sorted, or `unsorted` with the columns it
+    /// names and the columns whose nulls it counts. The steps: the columns it returns, the
+    /// ranges it reads, its [`ReadPlan`], the memory it takes, the condition its queries
+    /// test, its runs when band-sorted; then its first query.
     fn open_with(
         array: &ArrayObject,
         selection: &Selection,
@@ -346,155 +612,40 @@ impl BatchReader {
         unsorted: Option<(&[&str], &[&str])>,
     ) -> Result<BatchReader> {
         let handle = array.handle()?;
-        let columns: Vec<Column> = array
-            .schema
-            .columns
-            .iter()
-            .filter(|c| match unsorted {
-                Some((only, _)) => only.contains(&c.name.as_str()),
-                None => {
-                    c.is_index
-                        || selection
-                            .columns
-                            .as_ref()
-                            .is_none_or(|wanted| wanted.contains(&c.name))
-                }
-            })
-            .cloned()
-            .collect();
+        let columns = read_columns(array, selection, unsorted.map(|(only, _)| only));
         let mut ranges = read_ranges(array, selection);
-        let label_condition = match &selection.equals {
-            Some((name, label)) => {
-                // The label in the enumeration's own type: text, or a native value.
-                let datatype = array
-                    .schema
-                    .columns
-                    .iter()
-                    .find(|c| &c.name == name)
-                    .and_then(|c| c.enumeration.as_ref())
-                    .map(|e| e.datatype)
-                    .ok_or_else(|| Error::invalid(format!("{name} is not enumerated")))?;
-                let bytes = label.as_ref().map(|v| v.to_native(datatype)).transpose()?;
-                Some(QueryCondition::equals(&handle, name, bytes.as_deref())?)
-            }
-            None => None,
-        };
-        let specs: Vec<ColumnSpec> = columns
-            .iter()
-            .map(|c| ColumnSpec {
-                name: c.name.clone(),
-                datatype: c.datatype,
-                cell_val_num: c.cell_val_num,
-                nullable: c.nullable,
-            })
-            .collect();
-        let mut plan = plan(array);
-        // libtiledb reads several ranges of one dimension only in row-major order; on the
-        // first dimension they become runs of a band-sorted read instead.
-        let multi_range = |r: &Vec<(Value, Value)>| r.len() > 1;
-        if ranges.iter().skip(1).any(multi_range)
-            || (matches!(plan, Plan::Sorted(Layout::GlobalOrder)) && multi_range(&ranges[0]))
-        {
-            plan = Plan::Sorted(Layout::RowMajor);
-        }
-        // A small sparse read that libtiledb would sort (row-major) is read in global order
-        // and sorted here: libtiledb's row-major reader is hundreds of times slower on some
-        // layouts (column-major cells with a float dimension and a domain near the end of
-        // int64: 4 s for a slice of 2,280 rows that tiledbsoma reads in 10 ms). Not
-        // unordered, as tiledbsoma reads: libtiledb 2.30's unordered reader lost rows of
-        // slices of arrays with overwritten cells in the differential test.
-        if unsorted.is_some() && !array.schema.dense {
-            plan = Plan::Sorted(Layout::GlobalOrder);
-        }
-        let mut expected_cells = super::estimated_cells(array, selection)?;
-        let read_bytes = expected_cells.saturating_mul(row_bytes(&columns));
-        let sort_in_memory = !array.schema.dense
-            && plan_layout(&plan) == Some(Layout::RowMajor)
-            && read_bytes <= IN_MEMORY_SORT_BYTES;
-        if sort_in_memory {
-            plan = Plan::Sorted(Layout::GlobalOrder);
-        }
-        let memory = crate::budget::memory().take(reader_memory(
-            batch_bytes,
-            matches!(plan, Plan::Bands { .. }),
-            sort_in_memory.then_some(read_bytes),
-        ));
-        let mut condition = label_condition;
-        if sort_in_memory || plan_layout(&plan) == Some(Layout::RowMajor) {
-            // libtiledb 2.30's row-major reader crashes (SIGSEGV in its tile overlap ratio)
-            // on a range of a string dimension when a tile holds only empty strings there,
-            // and its global-order reader lost a row of such a range on an array of several
-            // index columns: an exact value of a string column is a condition on it instead.
-            for (dim_ranges, column) in ranges.iter_mut().zip(array.schema.index_columns()) {
-                let [(Value::Text(lo), Value::Text(hi))] = dim_ranges.as_slice() else {
-                    continue;
-                };
-                if lo != hi {
-                    continue;
-                }
-                let equals = QueryCondition::equals(&handle, &column.name, Some(lo.as_bytes()))?;
-                condition = Some(match condition {
-                    Some(other) => other.and(&equals)?,
-                    None => equals,
-                });
-                dim_ranges.clear();
-            }
-        }
-        let mut runs = VecDeque::new();
-        let (layout, bands) = match plan {
-            Plan::Sorted(layout) => (layout, None),
+        let label = label_equality(array, selection)?;
+        let cells = super::estimated_cells(array, selection)?;
+        let read_bytes = cells.saturating_mul(row_bytes(&columns));
+        let read = ReadPlan::choose(array, &ranges, unsorted.is_some(), read_bytes);
+        let memory = crate::budget::memory().take(read.memory(batch_bytes));
+        let mut equalities = Vec::from_iter(label);
+        equalities.extend(text_dimension_equalities(array, &read, &mut ranges));
+        let condition = read_condition(&handle, &equalities)?;
+        let (layout, runs, bands, expected_cells) = match read.plan {
+            Plan::Sorted(layout) => (layout, VecDeque::new(), None, cells),
             Plan::Bands { extent, origin } => {
-                // Read in runs of bands across what is stored (and selected) on dimension 0.
-                let stored = array.non_empty_domain.first().cloned().flatten();
-                let stored = stored.and_then(|(a, b)| Some((a.as_i128()?, b.as_i128()?)));
-                let mut selected: Vec<(i128, i128)> = match ranges[0].as_slice() {
-                    [] => stored.into_iter().collect(),
-                    many => many
-                        .iter()
-                        .filter_map(|(a, b)| {
-                            let (s, a, b) = (stored?, a.as_i128()?, b.as_i128()?);
-                            Some((s.0.max(a), s.1.min(b)))
-                        })
-                        .filter(|r| r.0 <= r.1)
-                        .collect(),
-                };
-                selected.sort_unstable();
-                // The cells of a band of the selected rows, taken as spread evenly.
-                let selected_rows: i128 = selected.iter().map(|(a, b)| b - a + 1).sum();
-                let cells_per_band = (u128::from(expected_cells) * extent.max(1) as u128
-                    / selected_rows.max(1) as u128)
-                    .min(u128::from(u64::MAX)) as u64;
-                expected_cells = cells_per_band;
-                for (i, range) in selected.into_iter().enumerate() {
-                    runs.extend(band_runs(range, extent, origin, cells_per_band, i == 0));
-                }
-                if runs.is_empty() {
-                    // Nothing stored in the selected ranges: an empty read.
-                    runs.push_back((1, 0));
-                }
-                let sorter = BandSorter {
-                    extent,
-                    origin,
-                    key_columns: ranges.len() - 1,
-                    band: None,
-                    pending: Vec::new(),
-                };
-                (Layout::GlobalOrder, Some(sorter))
+                let b = band_runs_of(array, &ranges, extent, origin, cells);
+                (
+                    Layout::GlobalOrder,
+                    b.runs,
+                    Some(b.sorter),
+                    b.cells_per_band,
+                )
             }
         };
         let unit = tile_unit(array, &ranges);
-        let expected_rows = if array.schema.dense && condition.is_none() {
-            selected_cells(&ranges)
-        } else {
-            None
-        };
+        let dense_unconditional = array.schema.dense && condition.is_none();
+        let expected_rows = dense_unconditional
+            .then(|| selected_cells(&ranges))
+            .flatten();
         let labels = columns
             .iter()
             .map(|c| c.enumeration.as_ref().map(labels_array).transpose())
             .collect::<Result<Vec<_>>>()?;
-        let mut reader = BatchReader {
+        let reader = BatchReader {
             array: handle,
-            specs,
+            specs: column_specs(&columns),
             layout,
             ranges,
             condition,
@@ -509,7 +660,7 @@ impl BatchReader {
             columns,
             labels,
             bands,
-            in_memory: sort_in_memory.then(Vec::new),
+            in_memory: read.sorted_bytes.is_some().then(Vec::new),
             ready: VecDeque::new(),
             expected_rows,
             rows_returned: 0,
@@ -518,14 +669,20 @@ impl BatchReader {
                 .unwrap_or_default(),
             _memory: memory,
         };
-        if selection.is_empty() {
-            // A range outside the domain: nothing to read.
-            reader.runs = VecDeque::from([(1, 0)]);
-            reader.expected_rows = Some(0);
-        } else if reader.runs.is_empty() {
-            reader.query = Some(reader.new_query(None, true)?);
+        reader.start(selection.is_empty())
+    }
+
+    /// The reader with its first query started, unless it reads in runs (their queries
+    /// start as they are read); when the selection is `empty` (a range outside the
+    /// domain), a reader with nothing to read.
+    fn start(mut self, empty: bool) -> Result<BatchReader> {
+        if empty {
+            self.runs = VecDeque::from([(1, 0)]);
+            self.expected_rows = Some(0);
+        } else if self.runs.is_empty() {
+            self.query = Some(self.new_query(None, true)?);
         }
-        Ok(reader)
+        Ok(self)
     }
 
     /// A query over the reader's ranges, with dimension 0 narrowed to `run` when given;
