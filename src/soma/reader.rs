@@ -1344,4 +1344,235 @@ mod tests {
         assert_eq!(runs[0], (-10, -1));
         assert_eq!(runs.last(), Some(&(0, 25)));
     }
+
+    /// An int64 index column with a current domain of 0..=999 and tiles of 100 rows, laid
+    /// out from 0.
+    fn int_index(name: &str) -> Column {
+        Column {
+            name: name.to_owned(),
+            datatype: tiledb::Datatype::Int64,
+            cell_val_num: 1,
+            arrow_type: DataType::Int64,
+            nullable: false,
+            is_index: true,
+            domain: Some((Value::Int(0), Value::Int(999))),
+            schema_domain: Some((Value::Int(0), Value::Int(i64::MAX - 100))),
+            tile_extent: Some(Value::Int(100)),
+            enumeration: None,
+        }
+    }
+
+    /// A string index column.
+    fn text_index(name: &str) -> Column {
+        Column {
+            datatype: tiledb::Datatype::StringAscii,
+            cell_val_num: tiledb::VAR_NUM,
+            arrow_type: DataType::LargeUtf8,
+            domain: None,
+            schema_domain: None,
+            tile_extent: None,
+            ..int_index(name)
+        }
+    }
+
+    /// A nullable float32 value column.
+    fn value_column(name: &str) -> Column {
+        Column {
+            datatype: tiledb::Datatype::Float32,
+            arrow_type: DataType::Float32,
+            nullable: true,
+            is_index: false,
+            domain: None,
+            schema_domain: None,
+            tile_extent: None,
+            ..int_index(name)
+        }
+    }
+
+    /// A sparse array of `columns`, row-major, described only, its first index column
+    /// storing rows 0..=999.
+    fn sparse(columns: Vec<Column>) -> ArrayObject {
+        let index = columns.iter().filter(|c| c.is_index).count();
+        let mut stored = vec![None; index];
+        stored[0] = Some((Value::Int(0), Value::Int(999)));
+        ArrayObject::described(
+            "mem://array",
+            crate::soma::SomaType::SparseNDArray,
+            tiledb::Metadata::new(),
+            crate::soma::SomaSchema::sparse_frame(columns),
+            stored,
+            Vec::new(),
+        )
+    }
+
+    fn range(lo: i64, hi: i64) -> (Value, Value) {
+        (Value::Int(lo), Value::Int(hi))
+    }
+
+    fn text(value: &str) -> (Value, Value) {
+        (Value::Text(value.into()), Value::Text(value.into()))
+    }
+
+    /// Reads far over the in-memory sort's limit, which libtiledb sorts.
+    const BIG: u64 = IN_MEMORY_SORT_BYTES + 1;
+
+    #[test]
+    fn several_ranges_of_a_dimension_are_read_row_major_except_on_a_banded_first() {
+        let matrix = sparse(vec![int_index("d0"), int_index("d1"), value_column("v")]);
+        let bands = Plan::Bands {
+            extent: 100,
+            origin: 0,
+        };
+        let chosen = |array: &ArrayObject, ranges: &[Vec<(Value, Value)>]| {
+            ReadPlan::choose(array, ranges, false, BIG).plan
+        };
+        assert_eq!(chosen(&matrix, &[vec![], vec![]]), bands);
+        // Several ranges of the first dimension become runs of bands.
+        let rows = [vec![range(0, 9), range(500, 509)], vec![range(3, 3)]];
+        assert_eq!(chosen(&matrix, &rows), bands);
+        // Several of the second: libtiledb reads those only row-major.
+        let columns = [vec![range(0, 9)], vec![range(1, 1), range(7, 8)]];
+        assert_eq!(chosen(&matrix, &columns), Plan::Sorted(Layout::RowMajor));
+        // One dimension read in global order: several of its ranges are row-major too.
+        let frame = sparse(vec![int_index("soma_joinid"), value_column("v")]);
+        assert_eq!(
+            chosen(&frame, &[vec![range(0, 9)]]),
+            Plan::Sorted(Layout::GlobalOrder)
+        );
+        let two = [vec![range(0, 9), range(20, 29)]];
+        assert_eq!(chosen(&frame, &two), Plan::Sorted(Layout::RowMajor));
+    }
+
+    #[test]
+    fn a_sparse_read_libtiledb_would_sort_is_sorted_in_memory_up_to_the_limit() {
+        // Indexed by a string and an integer: libtiledb sorts it row-major.
+        let frame = sparse(vec![text_index("name"), int_index("id"), value_column("v")]);
+        let ranges = [vec![], vec![]];
+        let small = ReadPlan::choose(&frame, &ranges, false, IN_MEMORY_SORT_BYTES);
+        assert_eq!(small.plan, Plan::Sorted(Layout::GlobalOrder));
+        assert_eq!(small.sorted_bytes, Some(IN_MEMORY_SORT_BYTES));
+        // What it reads is held until sorted: the budget counts it.
+        assert_eq!(
+            small.memory(BATCH_BYTES),
+            READER_BATCHES * BATCH_BYTES as u64 + IN_MEMORY_SORT_BYTES
+        );
+        let big = ReadPlan::choose(&frame, &ranges, false, BIG);
+        assert_eq!(big.plan, Plan::Sorted(Layout::RowMajor));
+        assert_eq!(big.sorted_bytes, None);
+        assert_eq!(big.memory(BATCH_BYTES), READER_BATCHES * BATCH_BYTES as u64);
+        // An unsorted read needs no sort: global order, nothing held.
+        let unsorted = ReadPlan::choose(&frame, &ranges, true, 1);
+        assert_eq!(unsorted.plan, Plan::Sorted(Layout::GlobalOrder));
+        assert_eq!(unsorted.sorted_bytes, None);
+        // A dense read is row-major, sorted by libtiledb, however small.
+        let mut dense = sparse(vec![int_index("d0"), int_index("d1"), value_column("v")]);
+        dense.schema.dense = true;
+        for unsorted in [false, true] {
+            let read = ReadPlan::choose(&dense, &ranges, unsorted, 1);
+            assert_eq!(read.plan, Plan::Sorted(Layout::RowMajor));
+            assert_eq!(read.sorted_bytes, None);
+        }
+    }
+
+    #[test]
+    fn an_exact_text_value_is_a_condition_in_reads_sorted_row_major_or_here() {
+        let frame = sparse(vec![text_index("name"), int_index("id"), value_column("v")]);
+        let selected = || vec![vec![text("b")], vec![range(0, 9)]];
+        let expected = vec![Equality {
+            column: "name".into(),
+            value: Some(b"b".to_vec()),
+        }];
+        for read_bytes in [1, BIG] {
+            let read = ReadPlan::choose(&frame, &selected(), false, read_bytes);
+            let mut ranges = selected();
+            let equalities = text_dimension_equalities(&frame, &read, &mut ranges);
+            assert_eq!(equalities, expected);
+            // The value is tested, not read as a range; the other ranges stay.
+            assert_eq!(ranges, [vec![], vec![range(0, 9)]]);
+        }
+        // A range of several values is read as one.
+        let read = ReadPlan::choose(&frame, &selected(), false, BIG);
+        let between = (Value::Text("a".into()), Value::Text("c".into()));
+        let mut ranges = vec![vec![between.clone()], vec![]];
+        assert_eq!(text_dimension_equalities(&frame, &read, &mut ranges), []);
+        assert_eq!(ranges, [vec![between], vec![]]);
+        // An unsorted read (global order, no sort here) reads the value as a range.
+        let read = ReadPlan::choose(&frame, &selected(), true, 1);
+        let mut ranges = selected();
+        assert_eq!(text_dimension_equalities(&frame, &read, &mut ranges), []);
+        assert_eq!(ranges, selected());
+    }
+
+    #[test]
+    fn band_runs_cover_the_stored_rows_of_each_range_in_order() {
+        let matrix = sparse(vec![int_index("d0"), int_index("d1"), value_column("v")]);
+        // Rows 0..=999 are stored; ranges out of order, partly outside.
+        let ranges = [vec![range(950, 2000), range(-50, 249)], vec![]];
+        assert_eq!(stored_rows(&matrix, &ranges[0]), [(0, 249), (950, 999)]);
+        // 3 000 000 cells over 300 rows: 1 000 000 cells a band of 100 rows. The first
+        // range opens with one row, then the rest of its band; later ranges have no head.
+        let b = band_runs_of(&matrix, &ranges, 100, 0, 3_000_000);
+        assert_eq!(b.cells_per_band, 1_000_000);
+        assert_eq!(Vec::from(b.runs), [(0, 0), (1, 99), (100, 249), (950, 999)]);
+        assert_eq!((b.sorter.extent, b.sorter.key_columns), (100, 1));
+        // No range: everything stored.
+        assert_eq!(stored_rows(&matrix, &[]), [(0, 999)]);
+        // Nothing stored in the ranges: one empty run.
+        let outside = [vec![range(1000, 2000)], vec![]];
+        let b = band_runs_of(&matrix, &outside, 100, 0, 0);
+        assert_eq!(Vec::from(b.runs), [(1, 0)]);
+    }
+
+    #[test]
+    fn a_label_is_an_equality_in_its_enumerations_type() {
+        let mut category = value_column("cell_type");
+        category.enumeration = Some(EnumerationInfo {
+            datatype: tiledb::Datatype::StringUtf8,
+            ordered: false,
+            values: vec![Value::Text("B cell".into())],
+        });
+        let frame = sparse(vec![int_index("soma_joinid"), value_column("x"), category]);
+        let equals = |column: &str, label: Option<Value>| Selection {
+            equals: Some((column.to_owned(), label)),
+            ..Selection::default()
+        };
+        let label = Some(Value::Text("B cell".into()));
+        assert_eq!(
+            label_equality(&frame, &equals("cell_type", label)).unwrap(),
+            Some(Equality {
+                column: "cell_type".into(),
+                value: Some(b"B cell".to_vec())
+            })
+        );
+        // A null label matches nulls.
+        let null = label_equality(&frame, &equals("cell_type", None)).unwrap();
+        assert_eq!(null.map(|e| e.value), Some(None));
+        assert!(label_equality(&frame, &equals("x", Some(Value::Float(1.0)))).is_err());
+        assert_eq!(label_equality(&frame, &Selection::default()).unwrap(), None);
+    }
+
+    #[test]
+    fn a_sorted_read_returns_the_index_columns_and_the_columns_asked_for() {
+        let frame = sparse(vec![
+            int_index("soma_joinid"),
+            value_column("x"),
+            value_column("y"),
+        ]);
+        let names = |columns: Vec<Column>| columns.into_iter().map(|c| c.name).collect::<Vec<_>>();
+        let only_y = Selection {
+            columns: Some(vec!["y".into()]),
+            ..Selection::default()
+        };
+        assert_eq!(
+            names(read_columns(&frame, &only_y, None)),
+            ["soma_joinid", "y"]
+        );
+        let all = Selection::default();
+        assert_eq!(
+            names(read_columns(&frame, &all, None)),
+            ["soma_joinid", "x", "y"]
+        );
+        // An unsorted read returns only the columns it names, index columns too.
+        assert_eq!(names(read_columns(&frame, &all, Some(&["x"]))), ["x"]);
+    }
 }
