@@ -380,21 +380,10 @@ impl SizedParquet {
         mut out: W,
     ) -> io::Result<()> {
         out.write_all(MAGIC)?;
-        let mut position = MAGIC.len() as u64;
+        let mut slots = Slots::new(out, self.columns.len());
         let mut groups = self.groups();
         let mut group = groups.next();
-        let first_page_rows = self.rows.min(self.layout.page_rows);
-        let mut pages: Vec<Page> = self
-            .columns
-            .iter()
-            .map(|c| Page {
-                plain: Vec::with_capacity(c.kind.plain_len(first_page_rows) as usize),
-                rows: 0,
-            })
-            .collect();
-        let mut written = vec![ChunkSize::default(); self.columns.len()];
-        let mut sizes = Vec::new(); // every chunk's, group by group
-        let mut page_writer = PageWriter::new();
+        let mut pages = self.first_pages();
         let mut row = 0u64;
         while let Some(batch) = next_batch()? {
             self.check_batch(&batch)?;
@@ -406,11 +395,7 @@ impl SizedParquet {
                         self.rows
                     )));
                 };
-                let in_group = row - current.first_row;
-                let page_end = current.first_row
-                    + current
-                        .rows
-                        .min((in_group / self.layout.page_rows + 1) * self.layout.page_rows);
+                let page_end = self.page_end(current, row);
                 let take = (page_end - row).min((batch.num_rows() - at) as u64) as usize;
                 for ((column, page), array) in
                     self.columns.iter().zip(&mut pages).zip(batch.columns())
@@ -422,28 +407,9 @@ impl SizedParquet {
                 if row < page_end {
                     continue;
                 }
-                let bounds = self.bounds(current);
-                for (c, page) in pages.iter_mut().enumerate() {
-                    let slot_start = current.slot_starts[c];
-                    let chunk = &mut written[c];
-                    let bytes = page_writer.compress(page)?;
-                    let at_chunk = chunk.compressed;
-                    if at_chunk + bytes.len() as u64 > bounds[c].slot_len {
-                        return Err(io::Error::other("a column chunk outgrew its slot"));
-                    }
-                    if position != slot_start + at_chunk {
-                        position = out.seek(SeekFrom::Start(slot_start + at_chunk))?;
-                    }
-                    out.write_all(bytes)?;
-                    position += bytes.len() as u64;
-                    chunk.compressed += bytes.len() as u64;
-                    chunk.uncompressed += page_writer.uncompressed;
-                    page.plain.clear();
-                    page.rows = 0;
-                }
+                slots.write_pages(current, self.bounds(current), &mut pages)?;
                 if row == current.first_row + current.rows {
-                    sizes.extend_from_slice(&written);
-                    written.fill(ChunkSize::default());
+                    slots.end_group();
                     group = groups.next();
                 }
             }
@@ -454,6 +420,32 @@ impl SizedParquet {
                 self.rows
             )));
         }
+        self.write_footer(slots)
+    }
+
+    /// A page per column for the first rows, with room for the values of a whole page.
+    fn first_pages(&self) -> Vec<Page> {
+        let first_page_rows = self.rows.min(self.layout.page_rows);
+        self.columns
+            .iter()
+            .map(|c| Page {
+                plain: Vec::with_capacity(c.kind.plain_len(first_page_rows) as usize),
+                rows: 0,
+            })
+            .collect()
+    }
+
+    /// The row after the page that holds `row` of `group` (pages of a group start at its
+    /// first row; its last page holds the rest).
+    fn page_end(&self, group: &Group, row: u64) -> u64 {
+        let in_group = row - group.first_row;
+        let page_rows = self.layout.page_rows;
+        group.first_row + group.rows.min((in_group / page_rows + 1) * page_rows)
+    }
+
+    /// The footer with the sizes the chunks were written at, padded to the length the size
+    /// counts (see [`created_by_base`]); an error when it cannot be.
+    fn written_footer(&self, sizes: &[ChunkSize]) -> io::Result<Vec<u8>> {
         let columns = self.columns.len();
         let written_size = |group: &Group, column: usize| sizes[group.index * columns + column];
         let unpadded = self.footer(written_size, self.created_by_base);
@@ -472,6 +464,16 @@ impl SizedParquet {
                 self.footer_len
             )));
         }
+        Ok(footer)
+    }
+
+    /// Ends the file after the last slot: the footer, its length and "PAR1"; then checks the
+    /// file is [`size`](SizedParquet::size) bytes long.
+    fn write_footer<W: Write + Seek>(&self, slots: Slots<W>) -> io::Result<()> {
+        let footer = self.written_footer(&slots.sizes)?;
+        let Slots {
+            mut out, position, ..
+        } = slots;
         let footer_start = self.slots_end();
         if position != footer_start {
             out.seek(SeekFrom::Start(footer_start))?;
@@ -700,6 +702,68 @@ fn page_header(rows: u64, plain: u64, compressed: u64) -> Vec<u8> {
     t.end_struct();
     t.end_struct();
     t.bytes
+}
+
+/// The column chunks of a sized file as they are written: each page goes where its chunk has
+/// come to in its slot.
+struct Slots<W> {
+    out: W,
+    /// The offset `out` is at.
+    position: u64,
+    /// What the current row group's chunks hold so far, by column.
+    written: Vec<ChunkSize>,
+    /// What every finished chunk holds, group by group.
+    sizes: Vec<ChunkSize>,
+    page_writer: PageWriter,
+}
+
+impl<W: Write + Seek> Slots<W> {
+    /// The slots of a file of `columns` columns, written to `out`, which is past "PAR1".
+    fn new(out: W, columns: usize) -> Slots<W> {
+        Slots {
+            out,
+            position: MAGIC.len() as u64,
+            written: vec![ChunkSize::default(); columns],
+            sizes: Vec::new(),
+            page_writer: PageWriter::new(),
+        }
+    }
+
+    /// Writes each column's page of `group` compressed, where its chunk has come to in its
+    /// slot (seeking past what is left of the slot before), and empties it. An error when a
+    /// chunk would outgrow its slot, which `bounds` gives.
+    fn write_pages(
+        &mut self,
+        group: &Group,
+        bounds: &[ChunkBound],
+        pages: &mut [Page],
+    ) -> io::Result<()> {
+        for (c, page) in pages.iter_mut().enumerate() {
+            let slot_start = group.slot_starts[c];
+            let chunk = &mut self.written[c];
+            let bytes = self.page_writer.compress(page)?;
+            let at_chunk = chunk.compressed;
+            if at_chunk + bytes.len() as u64 > bounds[c].slot_len {
+                return Err(io::Error::other("a column chunk outgrew its slot"));
+            }
+            if self.position != slot_start + at_chunk {
+                self.position = self.out.seek(SeekFrom::Start(slot_start + at_chunk))?;
+            }
+            self.out.write_all(bytes)?;
+            self.position += bytes.len() as u64;
+            chunk.compressed += bytes.len() as u64;
+            chunk.uncompressed += self.page_writer.uncompressed;
+            page.plain.clear();
+            page.rows = 0;
+        }
+        Ok(())
+    }
+
+    /// Ends the current row group: what its chunks hold is final.
+    fn end_group(&mut self) {
+        self.sizes.extend_from_slice(&self.written);
+        self.written.fill(ChunkSize::default());
+    }
 }
 
 /// Compresses pages and puts their headers before them, in a buffer kept from page to page.
