@@ -113,14 +113,29 @@ pub fn encode(
     axes: &[ImageAxis],
 ) -> io::Result<Vec<u8>> {
     let layout = PngLayout::new(shape, t, axes)?;
-    let find = |axis| axes.iter().position(|a| *a == axis);
-    let (x, y, channel) = (
-        find(ImageAxis::X).expect("checked by the layout"),
-        find(ImageAxis::Y).expect("checked by the layout"),
-        find(ImageAxis::Channel),
-    );
-    // Samples as u16, in the array's order.
-    let samples: Vec<u16> = match t {
+    let samples = samples(values, t)?;
+    let expected: usize = shape.iter().map(|&d| d as usize).product();
+    if samples.len() != expected {
+        return Err(invalid(format!(
+            "the image holds {} values for a shape of {expected}",
+            samples.len()
+        )));
+    }
+    let raw = pixel_rows(&layout, &samples, shape, axes);
+    let mut out = Vec::with_capacity(layout.file_size() as usize);
+    out.extend_from_slice(b"\x89PNG\r\n\x1a\n");
+    chunk(&mut out, b"IHDR", &header(&layout));
+    chunk(&mut out, b"IDAT", &stored_zlib(&raw));
+    chunk(&mut out, b"IEND", &[]);
+    debug_assert_eq!(out.len() as u64, layout.file_size());
+    Ok(out)
+}
+
+/// `values` of type `t` as samples, in the array's order: 8- and 16-bit unsigned values as
+/// they are, any other type scaled from its finite minimum and maximum to 0..=255 (values
+/// that are not finite are 0).
+fn samples(values: &[u8], t: &DataType) -> io::Result<Vec<u16>> {
+    Ok(match t {
         DataType::UInt8 => values.iter().map(|&v| u16::from(v)).collect(),
         DataType::UInt16 => values
             .chunks_exact(2)
@@ -144,14 +159,19 @@ pub fn encode(
                 })
                 .collect()
         }
-    };
-    let expected: usize = shape.iter().map(|&d| d as usize).product();
-    if samples.len() != expected {
-        return Err(invalid(format!(
-            "the image holds {} values for a shape of {expected}",
-            samples.len()
-        )));
-    }
+    })
+}
+
+/// The rows of pixels as PNG filters them: each row a filter byte (none), then its pixels
+/// left to right, each its channels' samples (big-endian when 16-bit), taken from `samples`
+/// in the C order of `shape` with its `axes`.
+fn pixel_rows(layout: &PngLayout, samples: &[u16], shape: &[u64], axes: &[ImageAxis]) -> Vec<u8> {
+    let find = |axis| axes.iter().position(|a| *a == axis);
+    let (x, y, channel) = (
+        find(ImageAxis::X).expect("checked by the layout"),
+        find(ImageAxis::Y).expect("checked by the layout"),
+        find(ImageAxis::Channel),
+    );
     // Strides of the array's C order.
     let mut strides = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
@@ -173,7 +193,12 @@ pub fn encode(
             }
         }
     }
-    // zlib of stored blocks.
+    raw
+}
+
+/// `raw` as a zlib stream of stored (uncompressed) deflate blocks of at most
+/// [`STORED_BLOCK`] bytes (one empty block when `raw` is empty), and its Adler-32.
+fn stored_zlib(raw: &[u8]) -> Vec<u8> {
     let mut zlib = Vec::with_capacity(raw.len() + raw.len() / STORED_BLOCK * 5 + 16);
     zlib.extend_from_slice(&[0x78, 0x01]);
     let blocks: Vec<&[u8]> = if raw.is_empty() {
@@ -189,9 +214,14 @@ pub fn encode(
         zlib.extend_from_slice(block);
     }
     let mut adler = adler2::Adler32::new();
-    adler.write_slice(&raw);
+    adler.write_slice(raw);
     zlib.extend_from_slice(&adler.checksum().to_be_bytes());
+    zlib
+}
 
+/// The IHDR chunk's data: width, height, bit depth, color type (gray, gray + alpha, RGB or
+/// RGBA by the channels), and deflate, adaptive filtering and no interlace.
+fn header(layout: &PngLayout) -> Vec<u8> {
     let color: u8 = match layout.channels {
         1 => 0,
         2 => 4,
@@ -202,13 +232,7 @@ pub fn encode(
     ihdr.extend_from_slice(&(layout.width as u32).to_be_bytes());
     ihdr.extend_from_slice(&(layout.height as u32).to_be_bytes());
     ihdr.extend_from_slice(&[(layout.sample_bytes * 8) as u8, color, 0, 0, 0]);
-    let mut out = Vec::with_capacity(layout.file_size() as usize);
-    out.extend_from_slice(b"\x89PNG\r\n\x1a\n");
-    chunk(&mut out, b"IHDR", &ihdr);
-    chunk(&mut out, b"IDAT", &zlib);
-    chunk(&mut out, b"IEND", &[]);
-    debug_assert_eq!(out.len() as u64, layout.file_size());
-    Ok(out)
+    ihdr
 }
 
 #[cfg(test)]
