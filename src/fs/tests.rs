@@ -259,7 +259,8 @@ fn an_array_lists_its_files() {
             "data.parquet",
             "data.jsonl",
             "slices",
-            "by"
+            "by",
+            "where"
         ]
     );
     assert_eq!(m.names(m.stat("obs/by").unwrap().ino), ["cell_type"]);
@@ -325,6 +326,64 @@ fn an_experiment_without_a_measurement_shows_no_anndata_files() {
     let m = mount();
     assert!(m.names(m.stat("anndata").unwrap().ino).is_empty());
     assert_eq!(m.stat("ms/10x"), Err(FsError::NotFound));
+}
+
+#[test]
+fn where_opens_a_directory_per_filter_by_name_and_lists_none() {
+    let m = mount();
+    let queries = m.stat("obs/where").unwrap();
+    assert!(queries.is_dir);
+    assert!(m.names(queries.ino).is_empty(), "where/ lists nothing");
+    let query = m
+        .stat("obs/where/cell_type == 'b%2Fc' and x > 0.5")
+        .unwrap();
+    assert!(query.is_dir);
+    assert_eq!(
+        m.names(query.ino),
+        [
+            "data.csv",
+            "data.tsv",
+            "data.parquet",
+            "data.jsonl",
+            "schema.json"
+        ]
+    );
+    // The same name finds the same directory while the kernel holds it.
+    let again = m
+        .stat("obs/where/cell_type == 'b%2Fc' and x > 0.5")
+        .unwrap();
+    assert_eq!(again.ino, query.ino);
+    let all = m.stat("obs/where/all").unwrap();
+    assert!(m.names(all.ino).contains(&"data.parquet".to_owned()));
+    // The frame's own schema.json, byte for byte.
+    let schema = m.read("obs/schema.json").unwrap();
+    assert_eq!(m.read("obs/where/all/schema.json").unwrap(), schema);
+}
+
+#[test]
+fn a_filter_that_cannot_be_read_is_a_directory_holding_only_error_txt() {
+    let m = mount();
+    for (filter, says) in [
+        ("nope == 1", "no column is named `nope`"),
+        ("x == 'a'", "`x` holds numbers"),
+        ("x ==", "found the end"),
+        ("cell_type > 'a'", "categorical without an order"),
+    ] {
+        let dir = m.stat(&format!("obs/where/{filter}")).unwrap();
+        assert!(dir.is_dir, "{filter}");
+        assert_eq!(m.names(dir.ino), ["error.txt"], "{filter}");
+        let text = m.read(&format!("obs/where/{filter}/error.txt")).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains(says) && text.contains(filter),
+            "{filter}: {text}"
+        );
+    }
+    // Only data frames have where/.
+    let store = store();
+    store.put(dense_array("mem://dense"));
+    let m = mount_at(store, "mem://dense", Duration::from_secs(60));
+    assert_eq!(m.stat("where"), Err(FsError::NotFound));
 }
 
 #[test]
@@ -518,7 +577,7 @@ fn the_kernel_forgetting_an_inode_lets_go_of_it_and_of_what_it_listed() {
     );
     assert!(matches!(m.tree.attr(obs), Err(FsError::NotFound)));
     // Looked up again, obs is listed again.
-    assert_eq!(m.names(m.stat("obs").unwrap().ino).len(), 8);
+    assert_eq!(m.names(m.stat("obs").unwrap().ino).len(), 9);
     m.tree.forget(ROOT, 1000);
     assert!(m.tree.attr(ROOT).is_ok(), "the root is never forgotten");
 }

@@ -7,6 +7,7 @@
 
 pub mod anndata;
 mod error;
+pub mod filter;
 #[cfg(test)]
 pub mod fixtures;
 pub mod joinids;

@@ -44,6 +44,7 @@ use crate::tiledb::{
 };
 
 use super::error::{Error, Result};
+use super::filter::Condition;
 use super::object::ArrayObject;
 use super::schema::Column;
 
@@ -56,6 +57,8 @@ pub struct Selection {
     pub equals: Option<(String, Option<Value>)>,
     /// Only these value columns (index columns are always read); `None`: every column.
     pub columns: Option<Vec<String>>,
+    /// Only rows that satisfy this value filter, which libtiledb applies as it reads.
+    pub filter: Option<Arc<Condition>>,
 }
 
 /// Bytes per batch: the memory one reader holds in TileDB buffers at a time (a batch holds
@@ -495,8 +498,12 @@ fn text_dimension_equalities(
 /// The condition a read's queries test each selected cell against: every one of
 /// `equalities`, combined with `and` in order. `None` when there is none: every selected
 /// cell is read.
-fn read_condition(array: &Array, equalities: &[Equality]) -> Result<Option<QueryCondition>> {
-    let mut condition: Option<QueryCondition> = None;
+fn read_condition(
+    array: &Array,
+    equalities: &[Equality],
+    filter: Option<&Condition>,
+) -> Result<Option<QueryCondition>> {
+    let mut condition = filter.map(|f| filter_condition(array, f)).transpose()?;
     for equality in equalities {
         let equals = QueryCondition::equals(array, &equality.column, equality.value.as_deref())?;
         condition = Some(match condition {
@@ -505,6 +512,32 @@ fn read_condition(array: &Array, equalities: &[Equality]) -> Result<Option<Query
         });
     }
     Ok(condition)
+}
+
+/// A value filter as libtiledb's condition, each value in its column's native bytes.
+fn filter_condition(array: &Array, filter: &Condition) -> Result<QueryCondition> {
+    Ok(match filter {
+        Condition::Compare {
+            column,
+            datatype,
+            op,
+            value,
+        } => QueryCondition::compare(array, column, *op, &value.to_native(*datatype)?)?,
+        Condition::Member {
+            column,
+            datatype,
+            negated,
+            values,
+        } => {
+            let native = (values.iter())
+                .map(|v| v.to_native(*datatype))
+                .collect::<tiledb::Result<Vec<_>>>()?;
+            QueryCondition::member(array, column, &native, *negated)?
+        }
+        Condition::And(a, b) => filter_condition(array, a)?.and(&filter_condition(array, b)?)?,
+        Condition::Or(a, b) => filter_condition(array, a)?.or(&filter_condition(array, b)?)?,
+        Condition::Not(a) => filter_condition(array, a)?.negated()?,
+    })
 }
 
 /// The rows of the first dimension a band-sorted read of `ranges` (all of it when empty)
@@ -621,7 +654,8 @@ impl BatchReader {
         let memory = crate::budget::memory().take(read.memory(batch_bytes));
         let mut equalities = Vec::from_iter(label);
         equalities.extend(text_dimension_equalities(array, &read, &mut ranges));
-        let condition = read_condition(&handle, &equalities)?;
+        let filter = selection.filter.as_deref();
+        let condition = read_condition(&handle, &equalities, filter)?;
         let (layout, runs, bands, expected_cells) = match read.plan {
             Plan::Sorted(layout) => (layout, VecDeque::new(), None, cells),
             Plan::Bands { extent, origin } => {

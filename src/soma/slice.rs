@@ -57,6 +57,14 @@ impl Selection {
                 digest.value(label);
             }
         }
+        match &self.filter {
+            None => {
+                digest.mark(b'~');
+            }
+            Some(filter) => {
+                digest.mark(b'w').text(&filter.to_string());
+            }
+        }
         match &self.columns {
             None => {
                 digest.mark(b'*');

@@ -45,7 +45,14 @@ pub const TILEDB_FAILED: tiledb_query_status_t = 0;
 pub const TILEDB_COMPLETED: tiledb_query_status_t = 1;
 pub const TILEDB_INCOMPLETE: tiledb_query_status_t = 3;
 
+pub const TILEDB_LT: tiledb_query_condition_op_t = 0;
+pub const TILEDB_LE: tiledb_query_condition_op_t = 1;
+pub const TILEDB_GT: tiledb_query_condition_op_t = 2;
+pub const TILEDB_GE: tiledb_query_condition_op_t = 3;
 pub const TILEDB_EQ: tiledb_query_condition_op_t = 4;
+pub const TILEDB_NE: tiledb_query_condition_op_t = 5;
+pub const TILEDB_IN: tiledb_query_condition_op_t = 6;
+pub const TILEDB_NOT_IN: tiledb_query_condition_op_t = 7;
 pub const TILEDB_AND: tiledb_query_condition_combination_op_t = 0;
 pub const TILEDB_OR: tiledb_query_condition_combination_op_t = 1;
 
@@ -586,6 +593,21 @@ extern "C" {
         right_cond: *const tiledb_query_condition_t,
         combination_op: tiledb_query_condition_combination_op_t,
         combined_cond: *mut *mut tiledb_query_condition_t,
+    ) -> capi_return_t;
+    pub fn tiledb_query_condition_alloc_set_membership(
+        ctx: *mut tiledb_ctx_t,
+        field_name: *const c_char,
+        data: *const c_void,
+        data_size: u64,
+        offsets: *const c_void,
+        offsets_size: u64,
+        op: tiledb_query_condition_op_t,
+        cond: *mut *mut tiledb_query_condition_t,
+    ) -> capi_return_t;
+    pub fn tiledb_query_condition_negate(
+        ctx: *mut tiledb_ctx_t,
+        cond: *const tiledb_query_condition_t,
+        negated_cond: *mut *mut tiledb_query_condition_t,
     ) -> capi_return_t;
     pub fn tiledb_query_condition_set_use_enumeration(
         ctx: *mut tiledb_ctx_t,

@@ -33,7 +33,8 @@ pub use group::{Group, Member};
 pub use metadata::{Metadata, MetadataValue};
 pub use query::{
     count_cells, estimated_cells, null_counts, nulls_countable, Batch, BatchSizing, CellEstimate,
-    ColumnData, ColumnSpec, Layout, QueryCondition, ReadQuery, TileUnit, COUNT_MEMORY_BYTES,
+    ColumnData, ColumnSpec, Comparison, Layout, QueryCondition, ReadQuery, TileUnit,
+    COUNT_MEMORY_BYTES,
 };
 
 mod error;

@@ -10,6 +10,7 @@
 mod anndata;
 mod by;
 mod object;
+mod query;
 mod slices;
 mod table;
 mod tenx;

@@ -15,6 +15,7 @@ use super::super::names::file_name;
 use super::super::node::{dir, error_entries, file, Entries};
 use super::anndata::AnnDataDir;
 use super::by;
+use super::query::WhereDir;
 use super::table::table_entries;
 use super::table::FrameSplit;
 use super::tenx::TenxDir;
@@ -137,6 +138,8 @@ fn object_files(
         }
         if array.soma_type.is_dataframe() {
             named.extend(by::entry(Arc::new(FrameSplit(array.clone()))));
+            let queries = WhereDir::new(object.clone(), array.clone());
+            named.push(("where".into(), dir(queries)));
         }
     }
     named

@@ -15,7 +15,14 @@ use super::{DirContext, DirKind, Listed};
 
 /// The files of a table: `data.<ext>` in every format, and `slices/`.
 pub fn table_entries(table: &Table) -> Entries {
-    let mut named: Entries = TableFormat::ALL
+    let mut named = data_entries(table);
+    named.push(("slices".into(), dir(SlicesDir(table.clone()))));
+    named
+}
+
+/// `data.<ext>` of a table in every format.
+pub fn data_entries(table: &Table) -> Entries {
+    TableFormat::ALL
         .into_iter()
         .map(|format| {
             (
@@ -23,9 +30,7 @@ pub fn table_entries(table: &Table) -> Entries {
                 file(TableFile::new(table.clone(), format, Shown::Listed)),
             )
         })
-        .collect();
-    named.push(("slices".into(), dir(SlicesDir(table.clone()))));
-    named
+        .collect()
 }
 
 /// A directory of a table's files: `by/<column>/<label>/` of a data frame.
