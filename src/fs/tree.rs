@@ -705,17 +705,19 @@ impl Tree {
                 NodeKind::File(file)
                     if file.settled_by_counting() && matches!(file.size(&self.files), Ok(None)) =>
                 {
-                    Some(file.clone())
+                    Some((child.path.clone(), file.clone()))
                 }
                 _ => None,
             });
-        for file in files {
+        for (path, file) in files {
             let Some(tree) = self.me() else {
                 return;
             };
+            // Named, as every request's work is, so that `soma-mount status` shows which
+            // file each count is for.
             let started = self.ahead.run(move || {
                 if !tree.background.stopped() {
-                    let _ = file.settle_size(&tree.files);
+                    let _ = activity::named(&path, || file.settle_size(&tree.files));
                 }
             });
             if !started {
