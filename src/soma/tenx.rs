@@ -8,8 +8,6 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array as _, ArrayRef};
 use arrow_schema::DataType;
 
-use crate::tiledb::Value;
-
 use super::error::Result;
 use super::joinids::{joinids, runs};
 use super::object::ArrayObject;
@@ -35,8 +33,8 @@ pub struct TenxLayer {
     pub obs: Arc<ArrayObject>,
     pub var: Arc<ArrayObject>,
     pub x: Arc<ArrayObject>,
-    /// Only the cells whose obs column holds this label (`None`: a null).
-    pub cells: Option<(String, Option<Value>)>,
+    /// The cells of obs it holds: all, or those selected (a category's, or a filter's).
+    pub cells: Selection,
 }
 
 /// Join ids (sorted) and the text that names each.
@@ -70,12 +68,11 @@ fn texts(column: &ArrayRef) -> Result<Vec<String>> {
 fn read_names(
     frame: &ArrayObject,
     columns: &[&str],
-    equals: Option<(String, Option<Value>)>,
+    rows: &Selection,
 ) -> Result<Vec<(i64, Vec<String>)>> {
     let selection = Selection {
-        equals,
         columns: Some(columns.iter().map(|c| c.to_string()).collect()),
-        ..Selection::default()
+        ..rows.clone()
     };
     let mut reader = BatchReader::open(frame, &selection, BATCH_BYTES)?;
     let mut out = Vec::new();
@@ -99,7 +96,7 @@ impl TenxLayer {
     /// `barcodes.tsv`: each selected cell's barcode, in join id order.
     pub fn barcodes(&self) -> Result<Named> {
         let column = string_column(&self.obs, BARCODE_COLUMNS).unwrap_or("soma_joinid");
-        Ok(read_names(&self.obs, &[column], self.cells.clone())?
+        Ok(read_names(&self.obs, &[column], &self.cells)?
             .into_iter()
             .map(|(id, mut names)| (id, names.swap_remove(0)))
             .collect())
@@ -109,7 +106,7 @@ impl TenxLayer {
     pub fn features(&self) -> Result<Vec<(i64, String, String)>> {
         let id = string_column(&self.var, FEATURE_ID_COLUMNS).unwrap_or("soma_joinid");
         let name = string_column(&self.var, FEATURE_NAME_COLUMNS).unwrap_or(id);
-        Ok(read_names(&self.var, &[id, name], None)?
+        Ok(read_names(&self.var, &[id, name], &Selection::default())?
             .into_iter()
             .map(|(joinid, mut names)| {
                 let name = names.pop().unwrap_or_default();
@@ -136,8 +133,8 @@ impl TenxLayer {
         barcodes: &[i64],
         visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
     ) -> Result<()> {
-        // A category reads only its cells' rows; the whole layer reads every row.
-        let rows = self.cells.is_some().then(|| runs(barcodes));
+        // Selected cells read only their rows; the whole layer reads every row.
+        let rows = (self.cells != Selection::default()).then(|| runs(barcodes));
         super::anndata::read_cells(&self.x, rows.as_deref(), visit)
     }
 }

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::soma::anndata::{AnnDataElements, AnnDataExperiment, Category};
-use crate::soma::{ArrayObject, SomaObject};
+use crate::soma::anndata::{AnnDataElements, AnnDataExperiment};
+use crate::soma::{ArrayObject, Selection, SomaObject};
 use crate::tiledb::Value;
 
 use super::super::files::{H5adFile, ZarrStore};
@@ -34,9 +34,10 @@ impl DirKind for AnnDataDir {
         let Some(experiment) = AnnDataExperiment::open(cx.store, group).map(Arc::new) else {
             return Listed::of(Vec::new());
         };
-        let mut named = h5ad_files(&experiment, &None);
+        let all = Selection::default();
+        let mut named = h5ad_files(&experiment, &all, &all);
         for m in &experiment.measurements {
-            let Some(elements) = AnnDataElements::of(&experiment, m, &None) else {
+            let Some(elements) = AnnDataElements::of(&experiment, m, &all, &all) else {
                 continue;
             };
             let store = ZarrStore::new(elements, cx.files.options.cache.clone());
@@ -48,11 +49,12 @@ impl DirKind for AnnDataDir {
     }
 }
 
-/// `<measurement>.h5ad` of each measurement, for the cells of `category`.
-fn h5ad_files(experiment: &Arc<AnnDataExperiment>, category: &Category) -> Entries {
+/// `<measurement>.h5ad` of each measurement, for the cells `cells` selects and the genes
+/// `genes` selects.
+pub fn h5ad_files(experiment: &AnnDataExperiment, cells: &Selection, genes: &Selection) -> Entries {
     (experiment.measurements.iter())
         .filter_map(|m| {
-            let h5ad = H5adFile::new(experiment, m, category)?;
+            let h5ad = H5adFile::new(experiment, m, cells, genes)?;
             Some((format!("{}.h5ad", file_name(&m.name)), file(h5ad)))
         })
         .collect()
@@ -68,17 +70,20 @@ impl Split for AnnDataSplit {
     }
 
     fn part(&self, column: &str, label: Option<Value>) -> NodeKind {
-        let category = Some((column.to_owned(), label));
-        dir(AnnDataCategoryDir(self.0.clone(), category))
+        let cells = Selection {
+            equals: Some((column.to_owned(), label)),
+            ..Selection::default()
+        };
+        dir(AnnDataCategoryDir(self.0.clone(), cells))
     }
 }
 
 /// `anndata/by/<column>/<label>/`: `<measurement>.h5ad` of the label's cells.
 #[derive(Debug)]
-struct AnnDataCategoryDir(Arc<AnnDataExperiment>, Category);
+struct AnnDataCategoryDir(Arc<AnnDataExperiment>, Selection);
 
 impl DirKind for AnnDataCategoryDir {
     fn list(&self, _: &DirContext) -> Listed {
-        Listed::of(h5ad_files(&self.0, &self.1))
+        Listed::of(h5ad_files(&self.0, &self.1, &Selection::default()))
     }
 }

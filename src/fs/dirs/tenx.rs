@@ -6,7 +6,7 @@ use std::sync::Arc;
 use log::warn;
 
 use crate::soma::tenx::TenxLayer;
-use crate::soma::{ArrayObject, Objects, SomaObject, SomaType};
+use crate::soma::{ArrayObject, Objects, Selection, SomaObject, SomaType};
 use crate::tiledb::{ObjectType, Value};
 
 use super::super::files::{TenxFile, TenxPart};
@@ -61,7 +61,7 @@ fn layer_entries(store: &dyn Objects, measurement: &SomaObject, obs: &str) -> En
                     obs: obs.clone(),
                     var: var.clone(),
                     x,
-                    cells: None,
+                    cells: Selection::default(),
                 };
                 (
                     file_name(&layer.name),
@@ -102,7 +102,7 @@ impl DirKind for TenxLayerDir {
             ("features.tsv".into(), part(TenxPart::Features)),
             ("barcodes.tsv".into(), part(TenxPart::Barcodes)),
         ];
-        if layer.cells.is_none() {
+        if layer.cells == Selection::default() {
             named.extend(by::entry(Arc::new(self.clone())));
         }
         Listed::of(named)
@@ -117,7 +117,10 @@ impl Split for TenxLayerDir {
     /// The matrix directory of the label's cells.
     fn part(&self, column: &str, label: Option<Value>) -> NodeKind {
         let mut category = TenxLayer::clone(&self.0);
-        category.cells = Some((column.to_owned(), label));
+        category.cells = Selection {
+            equals: Some((column.to_owned(), label)),
+            ..Selection::default()
+        };
         dir(TenxLayerDir(Arc::new(category)))
     }
 }

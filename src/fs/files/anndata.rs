@@ -11,9 +11,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 
 use crate::format::h5ad::{Categories, ColumnSpec, FrameIndex};
-use crate::soma::anndata::{
-    self, AnnDataElements, Category, FrameElement, FrameRows, Layout, UnsFrame,
-};
+use crate::soma::anndata::{self, AnnDataElements, FrameElement, FrameRows, Layout, UnsFrame};
 use crate::soma::{ArrayObject, Selection, SomaType};
 use crate::tiledb::{MetadataValue, Value};
 
@@ -50,11 +48,8 @@ pub(super) fn measurement_key(
                 digest.text(fingerprint);
             });
         }
-        let cells = Selection {
-            equals: elements.obs.rows.clone(),
-            ..Selection::default()
-        };
-        cells.digest_into(digest);
+        elements.obs.rows.digest_into(digest);
+        elements.var.rows.digest_into(digest);
         describe(digest);
     })
 }
@@ -109,12 +104,12 @@ pub(super) fn frame_columns(
         .collect()
 }
 
-/// The first pass over a data frame's rows (those of `category`) that lays it out: their
+/// The first pass over a data frame's rows (those `rows` selects) that lays it out: their
 /// join ids, and which of the columns that [`frame_columns`] lays out by their nulls (those
 /// that can hold one and are encoded by whether they do) hold one. No other column is read.
 pub(super) fn scan_frame(
     frame: &ArrayObject,
-    category: &Category,
+    rows: &Selection,
     index: &FrameIndex,
 ) -> io::Result<FrameRows> {
     let nullable = |name: &str| {
@@ -129,7 +124,7 @@ pub(super) fn scan_frame(
         .filter(|(spec, _)| nullable(&spec.name) && spec.encoding_depends_on_nulls())
         .map(|(spec, _)| spec.name)
         .collect();
-    Ok(anndata::scan_rows(frame, category, &null_checked)?)
+    Ok(anndata::scan_rows(frame, rows, &null_checked)?)
 }
 
 /// The type of a matrix's values as written, and whether it is written dense. Booleans of a

@@ -19,10 +19,10 @@ use arrow_array::{Array as _, BooleanArray, RecordBatch};
 
 use crate::format::h5ad::{self, CsrWriter, DenseWriter, FrameIndex, FrameWriter, H5ad};
 use crate::soma::anndata::{
-    self, Along, AnnDataElements, AnnDataExperiment, AnnDataMeasurement, Axis, Category,
-    FrameElement, FrameRows, Layout, MatrixColumns, MatrixElement, UnsCollection, UnsMember,
+    self, Along, AnnDataElements, AnnDataExperiment, AnnDataMeasurement, Axis, FrameElement,
+    FrameRows, Layout, MatrixColumns, MatrixElement, UnsCollection, UnsMember,
 };
-use crate::soma::ArrayObject;
+use crate::soma::{ArrayObject, Selection};
 use crate::tiledb::{MetadataValue, Value};
 
 use super::super::cache::CacheKey;
@@ -49,14 +49,15 @@ pub struct H5adFile {
 }
 
 impl H5adFile {
-    /// The h5ad of measurement `m` for the cells of `category`; `None` for a measurement
-    /// without a layer.
+    /// The h5ad of measurement `m` for the cells `cells` selects of obs and the genes
+    /// `genes` selects of var; `None` for a measurement without a layer.
     pub fn new(
         experiment: &AnnDataExperiment,
         m: &Arc<AnnDataMeasurement>,
-        category: &Category,
+        cells: &Selection,
+        genes: &Selection,
     ) -> Option<H5adFile> {
-        let elements = AnnDataElements::of(experiment, m, category)?;
+        let elements = AnnDataElements::of(experiment, m, cells, genes)?;
         let key = measurement_key("h5ad", &elements, |_| {});
         Some(H5adFile { elements, key })
     }
@@ -64,7 +65,8 @@ impl H5adFile {
     fn what(&self) -> String {
         let e = &self.elements;
         let (obs, m) = (&e.obs.array.uri, &e.measurement.name);
-        format!("{obs} measurement {m} as h5ad ({:?})", e.obs.rows)
+        let (cells, genes) = (&e.obs.rows, &e.var.rows);
+        format!("{obs} measurement {m} as h5ad (cells {cells:?}, genes {genes:?})")
     }
 
     /// About how many bytes the file comes to: every value of every array it is read from,

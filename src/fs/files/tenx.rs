@@ -11,7 +11,6 @@ use crate::format::mtx;
 use crate::format::text::TextBuf;
 use crate::soma::joinids::Positions;
 use crate::soma::tenx::TenxLayer;
-use crate::soma::Selection;
 
 use super::super::cache::CacheKey;
 use super::super::data::{
@@ -59,11 +58,7 @@ impl TenxFile {
         // obs, var and the layer's snapshots, the category, and which file.
         let key = content_key([&*layer.obs, &*layer.var, &*layer.x], |digest| {
             digest.text(part.name());
-            let cells = Selection {
-                equals: layer.cells.clone(),
-                ..Selection::default()
-            };
-            cells.digest_into(digest);
+            layer.cells.digest_into(digest);
         });
         TenxFile { layer, part, key }
     }

@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use super::super::error::Result;
 use super::super::object::ArrayObject;
-use super::{index_column, matrix_width, AnnDataExperiment, AnnDataMeasurement, Category};
+use super::super::reader::Selection;
+use super::{index_column, matrix_width, AnnDataExperiment, AnnDataMeasurement};
 use super::{Named, UnsCollection};
 
 /// The two axes of an AnnData.
@@ -50,8 +51,8 @@ pub enum MatrixColumns {
 #[derive(Debug, Clone)]
 pub struct FrameElement {
     pub array: Arc<ArrayObject>,
-    /// Its rows: all, or those of a category.
-    pub rows: Category,
+    /// Its rows: all, or those selected (a category's, or a filter's).
+    pub rows: Selection,
     /// The column that indexes it, and whether the index keeps the column's name; `None`:
     /// the join ids, unnamed.
     pub index: Option<(String, bool)>,
@@ -60,7 +61,7 @@ pub struct FrameElement {
 impl FrameElement {
     /// A frame's rows, indexed as `to_anndata` indexes them, `fallback` the column taken
     /// when `from_anndata` recorded none.
-    fn of(array: &Arc<ArrayObject>, rows: Category, fallback: &str) -> FrameElement {
+    fn of(array: &Arc<ArrayObject>, rows: Selection, fallback: &str) -> FrameElement {
         FrameElement {
             array: array.clone(),
             rows,
@@ -70,7 +71,7 @@ impl FrameElement {
 
     /// Whether only some of its rows are in the AnnData.
     pub fn is_restricted(&self) -> bool {
-        self.rows.is_some()
+        self.rows != Selection::default()
     }
 }
 
@@ -105,12 +106,13 @@ pub struct AnnDataElements {
 }
 
 impl AnnDataElements {
-    /// The AnnData of measurement `m` of `experiment`, for the cells of `cells` (all when
-    /// `None`) and every gene. `None` for a measurement without a layer.
+    /// The AnnData of measurement `m` of `experiment`, for the cells `cells` selects of obs
+    /// and the genes `genes` selects of var. `None` for a measurement without a layer.
     pub fn of(
         experiment: &AnnDataExperiment,
         m: &Arc<AnnDataMeasurement>,
-        cells: &Category,
+        cells: &Selection,
+        genes: &Selection,
     ) -> Option<AnnDataElements> {
         let (x, layers) = m.layers.split_first()?;
         let matrix = |named: &Named, rows, columns, layout| MatrixElement {
@@ -127,19 +129,19 @@ impl AnnDataElements {
                 .collect(),
         };
         let (obs, var) = (Along::Obs, Along::Var);
-        let genes = MatrixColumns::Along(var);
+        let by_gene = MatrixColumns::Along(var);
         let width = MatrixColumns::Width;
         let (to_obs, to_var) = (MatrixColumns::Along(obs), MatrixColumns::Along(var));
         Some(AnnDataElements {
             measurement: m.clone(),
             obs: FrameElement::of(&experiment.obs, cells.clone(), "obs_id"),
-            var: FrameElement::of(&m.var, None, "var_id"),
+            var: FrameElement::of(&m.var, genes.clone(), "var_id"),
             x: MatrixElement {
                 name: "X".into(),
-                ..matrix(x, obs, genes, Layout::AsStored)
+                ..matrix(x, obs, by_gene, Layout::AsStored)
             },
             mappings: vec![
-                mapping("layers", layers, obs, genes, Layout::AsStored),
+                mapping("layers", layers, obs, by_gene, Layout::AsStored),
                 mapping("obsm", &m.obsm, obs, width, Layout::Dense),
                 mapping("varm", &m.varm, var, width, Layout::Dense),
                 mapping("obsp", &m.obsp, obs, to_obs, Layout::Sparse),
@@ -265,7 +267,8 @@ mod tests {
     fn x_is_the_data_layer_and_every_matrix_is_laid_out_as_to_anndata_reads_it() {
         let experiment = experiment();
         let m = &experiment.measurements[0];
-        let e = AnnDataElements::of(&experiment, m, &None).unwrap();
+        let all = Selection::default();
+        let e = AnnDataElements::of(&experiment, m, &all, &all).unwrap();
         let (obs, var) = (Along::Obs, Along::Var);
         let genes = MatrixColumns::Along(var);
         assert_eq!(summary(&e.x), ("X", "x/data", obs, genes, Layout::AsStored));
@@ -302,15 +305,20 @@ mod tests {
         assert!(!e.obs.is_restricted() && !e.var.is_restricted());
         // Neither frame has the column to_anndata indexes by: the join ids index them.
         assert_eq!((&e.obs.index, &e.var.index), (&None, &None));
+        assert_eq!((&e.obs.rows, &e.var.rows), (&all, &all));
     }
 
     #[test]
     fn a_dense_matrix_is_as_wide_as_its_shape_and_a_sparse_one_as_its_rows_of_the_whole_frame() {
         let experiment = experiment();
         let m = &experiment.measurements[0];
-        let whole = AnnDataElements::of(&experiment, m, &None).unwrap();
-        let label = Some(("cell_type".to_owned(), Some(Value::Text("a".into()))));
-        let category = AnnDataElements::of(&experiment, m, &label).unwrap();
+        let all = Selection::default();
+        let whole = AnnDataElements::of(&experiment, m, &all, &all).unwrap();
+        let label = Selection {
+            equals: Some(("cell_type".to_owned(), Some(Value::Text("a".into())))),
+            ..Selection::default()
+        };
+        let category = AnnDataElements::of(&experiment, m, &label, &all).unwrap();
         assert!(category.obs.is_restricted() && !category.var.is_restricted());
         let obsm = |e: &AnnDataElements, name: &str| {
             let members = &e.mappings[1].members;

@@ -403,20 +403,13 @@ impl FrameRows {
     }
 }
 
-/// Only the rows whose column holds a label (`None`: a null).
-pub type Category = Option<(String, Option<Value>)>;
-
-/// Reads a data frame's rows (those of `category`), in order, a batch at a time.
+/// Reads a data frame's rows (those `rows` selects), in order, a batch at a time.
 pub fn read_rows(
     frame: &ArrayObject,
-    category: &Category,
+    rows: &Selection,
     visit: impl FnMut(&RecordBatch) -> std::io::Result<()>,
 ) -> Result<()> {
-    let selection = Selection {
-        equals: category.clone(),
-        ..Selection::default()
-    };
-    read_selected(frame, &selection, visit)
+    read_selected(frame, rows, visit)
 }
 
 fn read_selected(
@@ -440,13 +433,11 @@ fn read_selected(
 /// by join id.
 pub fn scan_rows(
     frame: &ArrayObject,
-    category: &Category,
+    rows: &Selection,
     null_checked: &[String],
 ) -> Result<FrameRows> {
-    let selection = Selection {
-        equals: category.clone(),
-        ..Selection::default()
-    };
+    let selection = rows.clone();
+    let every_row = *rows == Selection::default();
     // A column that cannot hold a null has none to look for.
     let (counted, read): (Vec<&Column>, Vec<&Column>) = frame
         .schema
@@ -463,7 +454,7 @@ pub fn scan_rows(
     };
     // Every row, with join ids the open tells: only the nulls are counted (libtiledb's
     // reader walks the join-id tiles for that), and a frame with none to count is not read.
-    if let (None, true, Some(ids)) = (category, read.is_empty(), frame.joinids_from_open()) {
+    if let (true, true, Some(ids)) = (every_row, read.is_empty(), frame.joinids_from_open()) {
         debug!("{}: join ids {ids:?}, told by the open", frame.uri);
         let joinids = Positions::range(ids);
         let columns_with_nulls = match counted.is_empty() {
