@@ -235,9 +235,10 @@ fn a_group_lists_its_members_under_one_to_one_names_and_its_metadata() {
             "a%252Fb",
             "metadata.json",
             "gone",
-            "anndata"
+            "anndata",
+            "where"
         ],
-        "members in order, then the experiment's anndata/; a member wins over a generated name"
+        "members in order, then the experiment's anndata/ and where/; a member wins over a generated name"
     );
     assert!(m.stat("metadata.json").unwrap().is_dir);
     assert!(m.stat("a%2Fb").unwrap().is_dir);
@@ -384,6 +385,48 @@ fn a_filter_that_cannot_be_read_is_a_directory_holding_only_error_txt() {
     store.put(dense_array("mem://dense"));
     let m = mount_at(store, "mem://dense", Duration::from_secs(60));
     assert_eq!(m.stat("where"), Err(FsError::NotFound));
+}
+
+#[test]
+fn an_experiment_query_holds_obs_each_measurement_and_anndata_and_a_var_query_below() {
+    let m = mount_with(store_with_measurement(), Duration::from_secs(60));
+    assert!(m.names(m.stat("where").unwrap().ino).is_empty());
+    let query = "where/x > 1 and cell_type in ['a']";
+    assert_eq!(
+        m.names(m.stat(query).unwrap().ino),
+        ["obs", "ms", "anndata"]
+    );
+    let obs = m.stat(&format!("{query}/obs")).unwrap();
+    assert!(m.names(obs.ino).contains(&"schema.json".to_owned()));
+    assert_eq!(
+        m.names(m.stat(&format!("{query}/ms")).unwrap().ino),
+        ["RNA"]
+    );
+    let rna = m.stat(&format!("{query}/ms/RNA")).unwrap();
+    assert_eq!(m.names(rna.ino), ["var", "X", "obsm", "10x", "where"]);
+    assert_eq!(
+        m.names(m.stat(&format!("{query}/ms/RNA/X")).unwrap().ino),
+        ["data"]
+    );
+    assert_eq!(
+        m.names(m.stat(&format!("{query}/ms/RNA/10x/data")).unwrap().ino),
+        ["matrix.mtx", "genes.tsv", "features.tsv", "barcodes.tsv"]
+    );
+    let anndata = m.stat(&format!("{query}/anndata")).unwrap();
+    assert_eq!(m.names(anndata.ino), ["RNA.h5ad"]);
+    // The cells' join ids are read from obs when a matrix is listed: here obs has no data,
+    // and the matrix's directory says so.
+    let x = m.stat(&format!("{query}/ms/RNA/X/data")).unwrap();
+    assert_eq!(m.names(x.ino), ["error.txt"]);
+    let genes = format!("{query}/ms/RNA/where/x < 3");
+    assert_eq!(
+        m.names(m.stat(&genes).unwrap().ino),
+        ["var", "X", "obsm", "10x", "anndata.h5ad"]
+    );
+    // A filter that cannot be read, on obs or on var: only error.txt.
+    for bad in ["where/nope == 1", &format!("{query}/ms/RNA/where/x == 'a'")] {
+        assert_eq!(m.names(m.stat(bad).unwrap().ino), ["error.txt"], "{bad}");
+    }
 }
 
 #[test]

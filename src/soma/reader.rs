@@ -441,10 +441,15 @@ impl ReadPlan {
         read_bytes: u64,
     ) -> ReadPlan {
         let mut plan = multi_range_plan(plan(array), ranges);
-        if unsorted {
+        // Several ranges of a dimension read in one query are read in row-major order only:
+        // such a read is neither unsorted nor sorted here.
+        let several = |r: &Vec<(Value, Value)>| r.len() > 1;
+        let row_major_only = !matches!(plan, Plan::Bands { .. }) && ranges.iter().any(several);
+        if unsorted && !row_major_only {
             plan = unsorted_plan(array, plan);
         }
-        let sorted_bytes = sorts_in_memory(array, &plan, read_bytes).then_some(read_bytes);
+        let in_memory = !row_major_only && sorts_in_memory(array, &plan, read_bytes);
+        let sorted_bytes = in_memory.then_some(read_bytes);
         if sorted_bytes.is_some() {
             plan = Plan::Sorted(Layout::GlobalOrder);
         }
@@ -1475,6 +1480,12 @@ mod tests {
         );
         let two = [vec![range(0, 9), range(20, 29)]];
         assert_eq!(chosen(&frame, &two), Plan::Sorted(Layout::RowMajor));
+        // However small, or unsorted: global order cannot read several ranges.
+        for unsorted in [false, true] {
+            let small = ReadPlan::choose(&matrix, &columns, unsorted, 1);
+            assert_eq!(small.plan, Plan::Sorted(Layout::RowMajor), "{unsorted}");
+            assert_eq!(small.sorted_bytes, None);
+        }
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub struct TenxLayer {
     pub x: Arc<ArrayObject>,
     /// The cells of obs it holds: all, or those selected (a category's, or a filter's).
     pub cells: Selection,
+    /// The genes of var it holds: all, or those a filter selects.
+    pub genes: Selection,
 }
 
 /// Join ids (sorted) and the text that names each.
@@ -106,7 +108,7 @@ impl TenxLayer {
     pub fn features(&self) -> Result<Vec<(i64, String, String)>> {
         let id = string_column(&self.var, FEATURE_ID_COLUMNS).unwrap_or("soma_joinid");
         let name = string_column(&self.var, FEATURE_NAME_COLUMNS).unwrap_or(id);
-        Ok(read_names(&self.var, &[id, name], &Selection::default())?
+        Ok(read_names(&self.var, &[id, name], &self.genes)?
             .into_iter()
             .map(|(joinid, mut names)| {
                 let name = names.pop().unwrap_or_default();

@@ -15,7 +15,7 @@ use super::super::names::file_name;
 use super::super::node::{dir, error_entries, file, Entries};
 use super::anndata::AnnDataDir;
 use super::by;
-use super::query::WhereDir;
+use super::query::{ExperimentWhereDir, WhereDir};
 use super::table::table_entries;
 use super::table::FrameSplit;
 use super::tenx::TenxDir;
@@ -119,6 +119,8 @@ fn object_files(
         }
         if group.soma_type == SomaType::Experiment && crate::soma::anndata::has_anndata(group) {
             named.push(("anndata".into(), dir(AnnDataDir::new(object.clone()))));
+            let queries = ExperimentWhereDir::new(object.clone());
+            named.push(("where".into(), dir(queries)));
         }
     }
     named.push((

@@ -1,18 +1,33 @@
-//! `where/` of a data frame: a directory per value filter, entered by name (it lists
-//! nothing), holding the rows that satisfy the filter as `data.<ext>` in every format, with
-//! the frame's `schema.json`. The filter runs inside libtiledb as the rows are read. A
-//! filter that cannot be read is a directory holding only `error.txt`, which says what is
-//! wrong and where.
+//! Queries as paths: `where/` of a data frame or an experiment, a directory per value
+//! filter, entered by name (it lists nothing). A filter that cannot be read is a directory
+//! holding only `error.txt`, which says what is wrong and where.
+//!
+//! - `<dataframe>/where/<filter>/`: the rows that satisfy the filter, as `data.<ext>` in
+//!   every format, with the frame's `schema.json`.
+//! - `<experiment>/where/<obs filter>/`: the experiment restricted to the cells whose obs
+//!   row satisfies the filter: `obs/`; for each measurement `ms/<m>/var/`, `X/<layer>/`,
+//!   `obsm/<name>/` and `10x/<layer>/`; and `anndata/<m>.h5ad`. Below it,
+//!   `ms/<m>/where/<var filter>/` restricts the genes too, with `anndata.h5ad`.
+//!
+//! Filters run inside libtiledb as rows are read. The matrices are read by the selected
+//! cells' (and genes') join ids, in runs of consecutive ids, read from obs (and var) with
+//! the filter when a matrix is first listed.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use crate::soma::anndata::{self, AnnDataExperiment, AnnDataMeasurement, Named};
 use crate::soma::filter::Filter;
+use crate::soma::tenx::TenxLayer;
 use crate::soma::{ArrayObject, Selection, SomaObject};
+use crate::tiledb::Value;
 
-use super::super::files::{Document, Table};
-use super::super::node::{dir, file, NodeKind};
+use super::super::files::{Document, H5adFile, Table};
+use super::super::names::file_name;
+use super::super::node::{dir, error_entries, file, Entries, NodeKind};
+use super::anndata::h5ad_files;
 use super::object::ErrorDir;
 use super::table::data_entries;
+use super::tenx::{is_matrix, TenxLayerDir};
 use super::{DirContext, DirKind, Listed};
 
 /// `<dataframe>/where/`.
@@ -63,5 +78,344 @@ impl DirKind for FilteredFrameDir {
         let schema = file(Document::schema(self.object.clone()));
         named.push(("schema.json".into(), schema));
         Listed::of(named)
+    }
+}
+
+/// `<experiment>/where/`: a directory per obs filter, entered by name (it lists nothing).
+#[derive(Debug)]
+pub struct ExperimentWhereDir(Arc<SomaObject>);
+
+impl ExperimentWhereDir {
+    pub fn new(experiment: Arc<SomaObject>) -> ExperimentWhereDir {
+        ExperimentWhereDir(experiment)
+    }
+}
+
+impl DirKind for ExperimentWhereDir {
+    fn list(&self, _: &DirContext) -> Listed {
+        Listed::of(Vec::new())
+    }
+
+    /// Any name: its listing reads the filter (against obs, which a lookup does not open).
+    fn find(&self, name: &str) -> Option<NodeKind> {
+        let filter = name.to_owned();
+        Some(dir(FilteredExperimentDir {
+            experiment: self.0.clone(),
+            filter,
+        }))
+    }
+}
+
+/// `<experiment>/where/<obs filter>/`: the experiment restricted to the cells whose obs row
+/// satisfies the filter.
+#[derive(Debug)]
+struct FilteredExperimentDir {
+    experiment: Arc<SomaObject>,
+    /// The path component, as written.
+    filter: String,
+}
+
+impl DirKind for FilteredExperimentDir {
+    fn list(&self, cx: &DirContext) -> Listed {
+        let SomaObject::Group(group) = self.experiment.as_ref() else {
+            return Listed::of(Vec::new());
+        };
+        let Some(experiment) = AnnDataExperiment::open(cx.store, group) else {
+            let message = format!("{}: no obs, or no measurement with var and X", group.uri);
+            return Listed::of(error_entries(&message));
+        };
+        let filter = match Filter::parse(&self.filter, &experiment.obs.schema) {
+            Ok(filter) => filter,
+            Err(e) => return Listed::of(error_entries(&e.to_string())),
+        };
+        let query = Arc::new(CellQuery {
+            cells: Selection {
+                filter: filter.condition.map(Arc::new),
+                ..Selection::default()
+            },
+            experiment,
+            runs: OnceLock::new(),
+        });
+        let obs = &query.experiment.obs;
+        let obs = frame_dir(obs, query.cells.clone());
+        let measurements = MeasurementsDir(query.clone());
+        let anndata = AnnDataFilesDir(query);
+        Listed::of(vec![
+            ("obs".into(), obs),
+            ("ms".into(), dir(measurements)),
+            ("anndata".into(), dir(anndata)),
+        ])
+    }
+}
+
+/// The cells of an experiment that a filter selects, and their join ids once read.
+#[derive(Debug)]
+struct CellQuery {
+    experiment: AnnDataExperiment,
+    cells: Selection,
+    /// The selected cells' join ids, as runs (read from obs when a matrix is first listed).
+    runs: OnceLock<Result<Vec<(i64, i64)>, String>>,
+}
+
+impl CellQuery {
+    /// The selected cells' join ids, as runs.
+    fn cell_runs(&self) -> Result<&[(i64, i64)], String> {
+        let runs = self
+            .runs
+            .get_or_init(|| selected_runs(&self.experiment.obs, &self.cells));
+        runs.as_deref().map_err(Clone::clone)
+    }
+}
+
+/// The join ids of the rows of `frame` that `rows` selects, as runs.
+fn selected_runs(frame: &ArrayObject, rows: &Selection) -> Result<Vec<(i64, i64)>, String> {
+    let scanned =
+        anndata::scan_rows(frame, rows, &[]).map_err(|e| format!("{}: {e}", frame.uri))?;
+    Ok(scanned.joinids.runs())
+}
+
+/// A frame's rows that `rows` selects: `data.<ext>` and the frame's `schema.json`.
+fn frame_dir(frame: &Arc<ArrayObject>, rows: Selection) -> NodeKind {
+    dir(FilteredFrameDir {
+        object: Arc::new(SomaObject::Array(frame.clone())),
+        table: Table {
+            array: frame.clone(),
+            selection: rows,
+        },
+    })
+}
+
+/// `where/<obs filter>/ms/`: a directory per measurement.
+#[derive(Debug)]
+struct MeasurementsDir(Arc<CellQuery>);
+
+impl DirKind for MeasurementsDir {
+    fn list(&self, _: &DirContext) -> Listed {
+        let query = &self.0;
+        let measurement = |m: &Arc<AnnDataMeasurement>| {
+            let dir = dir(MeasurementDir {
+                query: query.clone(),
+                measurement: m.clone(),
+                genes: None,
+            });
+            (file_name(&m.name), dir)
+        };
+        Listed::of(
+            query
+                .experiment
+                .measurements
+                .iter()
+                .map(measurement)
+                .collect(),
+        )
+    }
+}
+
+/// The genes of a measurement that a var filter selects, and their join ids once read.
+#[derive(Debug)]
+struct GeneQuery {
+    genes: Selection,
+    runs: OnceLock<Result<Vec<(i64, i64)>, String>>,
+}
+
+impl GeneQuery {
+    /// The selected genes' join ids in `var`, as runs.
+    fn gene_runs(&self, var: &ArrayObject) -> Result<&[(i64, i64)], String> {
+        let runs = self.runs.get_or_init(|| selected_runs(var, &self.genes));
+        runs.as_deref().map_err(Clone::clone)
+    }
+}
+
+/// `where/<obs filter>/ms/<m>/`, or `…/ms/<m>/where/<var filter>/` (`genes`).
+#[derive(Debug)]
+struct MeasurementDir {
+    query: Arc<CellQuery>,
+    measurement: Arc<AnnDataMeasurement>,
+    genes: Option<Arc<GeneQuery>>,
+}
+
+impl MeasurementDir {
+    fn genes(&self) -> Selection {
+        self.genes
+            .as_ref()
+            .map_or_else(Selection::default, |g| g.genes.clone())
+    }
+
+    /// The directory of the matrices `members` (X's layers, or obsm), restricted to the
+    /// selected cells, and when `along_genes` to the selected genes.
+    fn matrices(&self, members: &[Named], along_genes: bool) -> NodeKind {
+        dir(MatricesDir {
+            query: self.query.clone(),
+            genes: self.genes.clone().filter(|_| along_genes),
+            var: self.measurement.var.clone(),
+            members: members.to_vec(),
+        })
+    }
+
+    fn tenx(&self) -> NodeKind {
+        let m = &self.measurement;
+        let layers = (m.layers.iter())
+            .filter(|layer| is_matrix(&layer.array))
+            .map(|layer| {
+                let tenx = TenxLayer {
+                    obs: self.query.experiment.obs.clone(),
+                    var: m.var.clone(),
+                    x: layer.array.clone(),
+                    cells: self.query.cells.clone(),
+                    genes: self.genes(),
+                };
+                let layer_dir = dir(TenxLayerDir(Arc::new(tenx)));
+                (file_name(&layer.name), layer_dir)
+            })
+            .collect();
+        dir(EntriesDir(layers))
+    }
+}
+
+impl DirKind for MeasurementDir {
+    fn list(&self, _: &DirContext) -> Listed {
+        let m = &self.measurement;
+        let mut named = vec![
+            ("var".into(), frame_dir(&m.var, self.genes())),
+            ("X".into(), self.matrices(&m.layers, true)),
+            ("obsm".into(), self.matrices(&m.obsm, false)),
+            ("10x".into(), self.tenx()),
+        ];
+        match self.genes {
+            None => named.push((
+                "where".into(),
+                dir(MeasurementWhereDir(self.query.clone(), m.clone())),
+            )),
+            Some(_) => {
+                let experiment = &self.query.experiment;
+                let h5ad = H5adFile::new(experiment, m, &self.query.cells, &self.genes());
+                named.extend(h5ad.map(|h5ad| ("anndata.h5ad".to_owned(), file(h5ad))));
+            }
+        }
+        Listed::of(named)
+    }
+}
+
+/// `where/<obs filter>/ms/<m>/where/`: a directory per var filter, entered by name.
+#[derive(Debug)]
+struct MeasurementWhereDir(Arc<CellQuery>, Arc<AnnDataMeasurement>);
+
+impl DirKind for MeasurementWhereDir {
+    fn list(&self, _: &DirContext) -> Listed {
+        Listed::of(Vec::new())
+    }
+
+    fn find(&self, name: &str) -> Option<NodeKind> {
+        Some(match Filter::parse(name, &self.1.var.schema) {
+            Ok(filter) => dir(MeasurementDir {
+                query: self.0.clone(),
+                measurement: self.1.clone(),
+                genes: Some(Arc::new(GeneQuery {
+                    genes: Selection {
+                        filter: filter.condition.map(Arc::new),
+                        ..Selection::default()
+                    },
+                    runs: OnceLock::new(),
+                })),
+            }),
+            Err(e) => dir(ErrorDir(e.to_string().into())),
+        })
+    }
+}
+
+/// `X/` or `obsm/` of a query: a directory per matrix.
+#[derive(Debug)]
+struct MatricesDir {
+    query: Arc<CellQuery>,
+    /// The selected genes, for matrices along var.
+    genes: Option<Arc<GeneQuery>>,
+    var: Arc<ArrayObject>,
+    members: Vec<Named>,
+}
+
+impl DirKind for MatricesDir {
+    fn list(&self, _: &DirContext) -> Listed {
+        let matrix = |member: &Named| {
+            let dir = dir(MatrixDir {
+                query: self.query.clone(),
+                genes: self.genes.clone(),
+                var: self.var.clone(),
+                array: member.array.clone(),
+            });
+            (file_name(&member.name), dir)
+        };
+        Listed::of(self.members.iter().map(matrix).collect())
+    }
+}
+
+/// A matrix of a query: its cells in the selected cells' rows (and genes' columns), with
+/// the store's join ids as coordinates, as `data.<ext>`, and its `schema.json`.
+#[derive(Debug)]
+struct MatrixDir {
+    query: Arc<CellQuery>,
+    genes: Option<Arc<GeneQuery>>,
+    var: Arc<ArrayObject>,
+    array: Arc<ArrayObject>,
+}
+
+impl DirKind for MatrixDir {
+    /// Reads the selected cells' join ids (and genes') when first listed.
+    fn list(&self, _: &DirContext) -> Listed {
+        let gene_runs = (self.genes.as_ref())
+            .map(|genes| genes.gene_runs(&self.var))
+            .transpose();
+        let runs = self
+            .query
+            .cell_runs()
+            .and_then(|cells| Ok((cells, gene_runs?)));
+        let (cells, genes) = match runs {
+            Ok(runs) => runs,
+            Err(message) => return Listed::of(error_entries(&message)),
+        };
+        let mut ranges = vec![joinid_ranges(cells)];
+        ranges.extend(genes.map(joinid_ranges));
+        let table = Table {
+            array: self.array.clone(),
+            selection: Selection {
+                ranges,
+                ..Selection::default()
+            },
+        };
+        let mut named = data_entries(&table);
+        let object = Arc::new(SomaObject::Array(self.array.clone()));
+        named.push(("schema.json".into(), file(Document::schema(object))));
+        Listed::of(named)
+    }
+}
+
+/// Runs of join ids as a dimension's ranges; none selects nothing (an empty range).
+fn joinid_ranges(runs: &[(i64, i64)]) -> Vec<(Value, Value)> {
+    match runs {
+        [] => vec![(Value::Int(1), Value::Int(0))],
+        runs => (runs.iter())
+            .map(|&(lo, hi)| (Value::Int(lo), Value::Int(hi)))
+            .collect(),
+    }
+}
+
+/// `where/<obs filter>/anndata/`: `<measurement>.h5ad` of the selected cells.
+#[derive(Debug)]
+struct AnnDataFilesDir(Arc<CellQuery>);
+
+impl DirKind for AnnDataFilesDir {
+    fn list(&self, _: &DirContext) -> Listed {
+        let query = &self.0;
+        let all = Selection::default();
+        Listed::of(h5ad_files(&query.experiment, &query.cells, &all))
+    }
+}
+
+/// A directory of entries made with it.
+#[derive(Debug)]
+struct EntriesDir(Entries);
+
+impl DirKind for EntriesDir {
+    fn list(&self, _: &DirContext) -> Listed {
+        Listed::of(self.0.clone())
     }
 }

@@ -55,13 +55,13 @@ fn layer_entries(store: &dyn Objects, measurement: &SomaObject, obs: &str) -> En
         .iter()
         .filter_map(|layer| {
             let x = open_array(&layer.uri)?;
-            let two_d = x.schema.index_columns().count() == 2;
-            (x.soma_type == SomaType::SparseNDArray && two_d).then(|| {
+            is_matrix(&x).then(|| {
                 let layer_dir = TenxLayer {
                     obs: obs.clone(),
                     var: var.clone(),
                     x,
                     cells: Selection::default(),
+                    genes: Selection::default(),
                 };
                 (
                     file_name(&layer.name),
@@ -70,6 +70,11 @@ fn layer_entries(store: &dyn Objects, measurement: &SomaObject, obs: &str) -> En
             })
         })
         .collect()
+}
+
+/// Whether a layer of X is a 10x matrix: sparse, of two dimensions.
+pub fn is_matrix(x: &ArrayObject) -> bool {
+    x.soma_type == SomaType::SparseNDArray && x.schema.index_columns().count() == 2
 }
 
 /// The array at `uri`, or `None` (logged) when it is no array or cannot be opened.
@@ -86,9 +91,9 @@ fn open_array(store: &dyn Objects, uri: &str) -> Option<Arc<ArrayObject>> {
     }
 }
 
-/// `10x/<layer>/`, or a category of it: a Cell Ranger matrix directory.
+/// `10x/<layer>/`, or a category of it, or a query's: a Cell Ranger matrix directory.
 #[derive(Debug, Clone)]
-struct TenxLayerDir(Arc<TenxLayer>);
+pub struct TenxLayerDir(pub Arc<TenxLayer>);
 
 impl DirKind for TenxLayerDir {
     /// The three files (with `genes.tsv` and `features.tsv` both), and `by/` for a whole
@@ -102,7 +107,7 @@ impl DirKind for TenxLayerDir {
             ("features.tsv".into(), part(TenxPart::Features)),
             ("barcodes.tsv".into(), part(TenxPart::Barcodes)),
         ];
-        if layer.cells == Selection::default() {
+        if layer.cells == Selection::default() && layer.genes == Selection::default() {
             named.extend(by::entry(Arc::new(self.clone())));
         }
         Listed::of(named)

@@ -9,8 +9,9 @@
 //! `tar`, polars and Spark over a directory) get every byte; a slice opened by name, never
 //! listed, only with `--exact-sizes`.
 //!
-//! The Parquet of an ND array is sized ([`SizedParquet`]): its columns are fixed-width and
-//! never null, so its layout, and with it its size, follows from its row count: every cell
+//! The Parquet of an ND array, whole or in one range per dimension, is sized
+//! ([`SizedParquet`]): its columns are fixed-width and never null, so its layout, and with
+//! it its size, follows from its row count: every cell
 //! of a dense array's ranges, and a sparse array's as libtiledb counts them from the
 //! coordinates alone. A `stat` counts the rows and answers the exact size without
 //! generating the file, so listing `slices/parquet/` reads no cell value; the file is
@@ -84,9 +85,17 @@ pub struct TableFile {
 impl TableFile {
     pub fn new(table: Table, format: TableFormat, shown: Shown) -> TableFile {
         let array = table.array();
+        // libtiledb counts cells in one range per dimension (a count is read in global
+        // order), and with no condition: a query's cells, in runs of join ids, are not
+        // counted but generated.
+        let selection = &table.selection;
+        let countable = selection.ranges.iter().all(|r| r.len() <= 1)
+            && selection.filter.is_none()
+            && selection.equals.is_none();
         let sized = format == TableFormat::Parquet
             && array.soma_type.is_nd_array()
-            && table.selection.columns.is_none()
+            && selection.columns.is_none()
+            && countable
             && SizedParquet::of(&array.schema.arrow(), 0).is_some();
         let key = content_key([table.array()], |digest| {
             digest.text(format.extension());

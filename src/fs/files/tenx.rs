@@ -59,6 +59,7 @@ impl TenxFile {
         let key = content_key([&*layer.obs, &*layer.var, &*layer.x], |digest| {
             digest.text(part.name());
             layer.cells.digest_into(digest);
+            layer.genes.digest_into(digest);
         });
         TenxFile { layer, part, key }
     }
