@@ -631,10 +631,10 @@ impl Parser<'_> {
             return Err(self.expected("a column or a value"));
         };
         match token.kind {
-            TokenKind::Name(name) if name == "attr" || name == "val" => {
-                if !self.take_if(&TokenKind::Open) {
-                    return Err(self.expected(&format!("`(` after `{name}`")));
-                }
+            // `attr(..)` and `val(..)` when called; a column of that name otherwise.
+            TokenKind::Name(name)
+                if (name == "attr" || name == "val") && self.take_if(&TokenKind::Open) =>
+            {
                 let inner = if name == "attr" {
                     match self.take().map(|t| t.kind) {
                         Some(TokenKind::Text(column)) => Operand::Column(column, at),
@@ -965,6 +965,14 @@ mod tests {
         assert_eq!(
             normal("soma_joinid == 1_000"),
             normal("soma_joinid == 1000")
+        );
+        // A column may be named attr or val: only a call is special.
+        let mut schema = schema();
+        schema.columns[1].name = "val".into();
+        let named_val = Filter::parse("val >= 2.5 and val(3) > val", &schema).unwrap();
+        assert_eq!(
+            named_val.normal_form(),
+            r#"(attr("val") >= 2.5 and attr("val") < 3.0)"#
         );
     }
 
