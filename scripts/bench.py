@@ -1,7 +1,7 @@
 """soma-mount benchmark: the mounted files against the Python reference path, in one run.
 
 Builds a synthetic experiment once (bench-data/, at least 100,000 cells x 20,000 genes and
-20 million nonzeros in X), then measures, each on a fresh mount with an empty cache (for the
+25 million nonzeros in X), then measures, each on a fresh mount with an empty cache (for the
 side-by-side rows, one whose daemon has first served another array's file: the Python path
 runs in one warm interpreter, so both sides are warm; the sides take turns, and the best of
 `TRIES` tries is taken on each):
@@ -11,6 +11,11 @@ runs in one warm interpreter, so both sides are warm; the sides take turns, and 
 - `cat X/data/data.parquet` against tiledbsoma `read()` then `pyarrow.parquet.write_table`;
 - the same for the CSV and Parquet of a wide obs (bench-data/wide: a collection whose `obs`
   has a million rows and 28 columns of every common kind, as atlases have; no target);
+- a query selecting about a tenth of the cells (`where/n_genes < 680/`): `cat` of its
+  `ms/RNA/X/data/data.csv` against tiledbsoma's `axis_query(...).X("data").tables()` then
+  `pyarrow.csv.write_csv`, and `cat` of its `anndata/RNA.h5ad` against the query's
+  `to_anndata` then `write_h5ad` (the mount's h5ad also holds obsm, which the query's
+  `to_anndata` cannot read dense: it does more);
 - the time `head -n 10 X/data/data.csv` takes to print its 10 lines;
 - `cat` of the middle chunk listed in `X/data/slices/csv/` against `cat` of all of X, as a
   share of the full read next to the chunk's share of the cells;
@@ -55,8 +60,8 @@ import tiledbsoma
 REPO = Path(__file__).resolve().parents[1]
 # The daemon measured: SOMA_MOUNT_BIN, as for the tests, else the release build.
 BIN = Path(os.environ.get("SOMA_MOUNT_BIN") or REPO / "target" / "release" / "soma-mount")
-N_OBS, N_VAR, NNZ = 100_000, 20_000, 20_000_000
-VERSION = "4"  # bump to rebuild the data set
+N_OBS, N_VAR, NNZ = 100_000, 20_000, 25_000_000
+VERSION = "5"  # bump to rebuild the data set
 DENSE_SHAPE = (50_000, 1_000)  # obsm/dense: 200 MB of float32 for the .npy window read
 # Tries per side-by-side row, the best taken on each side; the sides take turns. This
 # machine's timings wander by a third from try to try, and through slower and faster phases,
@@ -292,6 +297,26 @@ def s3_latencies(store: Path) -> list[tuple[str, float, float]]:
 LAZY_ROWS = (50_000, 50_100)
 
 
+QUERY = "n_genes < 680"  # about a tenth of the cells: n_genes is uniform in [200, 5000)
+
+
+def query_x_csv(uri: str, out: Path) -> None:
+    """The query's X as CSV through tiledbsoma, as a user would write it."""
+    with tiledbsoma.Experiment.open(uri) as exp:
+        obs_query = tiledbsoma.AxisQuery(value_filter=QUERY)
+        with exp.axis_query("RNA", obs_query=obs_query) as query:
+            table = query.X("data").tables().concat()
+    pacsv.write_csv(table, out)
+
+
+def query_h5ad(uri: str, out: Path) -> None:
+    """The query's AnnData through tiledbsoma, written as h5ad."""
+    with tiledbsoma.Experiment.open(uri) as exp:
+        obs_query = tiledbsoma.AxisQuery(value_filter=QUERY)
+        with exp.axis_query("RNA", obs_query=obs_query) as query:
+            query.to_anndata(X_name="data").write_h5ad(out)
+
+
 def lazy_rows(store: Path, shift: int = 0) -> None:
     """read_lazy of a mounted AnnData Zarr store, then LAZY_ROWS (moved by `shift`) to
     memory."""
@@ -372,6 +397,10 @@ def main() -> int:
              lambda: python_csv(wide_uri, scratch / "wide.csv")),
             ("wide parquet", wide, "obs/data.parquet", "var/data.csv",
              lambda: python_parquet(wide_uri, scratch / "wide.parquet")),
+            ("query X csv", uri, f"where/{QUERY}/ms/RNA/X/data/data.csv", "ms/RNA/var/data.csv",
+             lambda: query_x_csv(str(uri), scratch / "query.csv")),
+            ("query h5ad", uri, f"where/{QUERY}/anndata/RNA.h5ad", "ms/RNA/var/data.csv",
+             lambda: query_h5ad(str(uri), scratch / "query.h5ad")),
         ]:
             t_ref = t_mount = float("inf")
             size = 0
@@ -477,6 +506,8 @@ def main() -> int:
         ("X csv >= 2x", rows[0][2] / rows[0][1] >= 2),
         ("obs csv >= 2x", rows[1][2] / rows[1][1] >= 2),
         ("parquet >= 1.5x", rows[2][2] / rows[2][1] >= 1.5),
+        ("query X csv >= 2x", rows[5][2] / rows[5][1] >= 2),
+        ("query h5ad >= 2x", rows[6][2] / rows[6][1] >= 2),
         ("head < 100 ms", t_head < 0.1),
         ("RSS < 512 MB", peak < 512),
         ("lazy rows faster", t_lazy < t_query),

@@ -11,7 +11,6 @@ pub mod error;
 mod files;
 pub mod fuse;
 pub mod names;
-mod node;
 mod open_file;
 pub mod slice_name;
 pub mod tree;

@@ -32,10 +32,9 @@ use crate::tiledb::ObjectType;
 
 use super::activity;
 use super::data::DataOptions;
-use super::dirs::{self, DirContext, ObjectDir};
+use super::dirs::{self, DirContext, NodeKind, ObjectDir};
 use super::error::{FsError, FsResult};
 use super::files::{FileContext, FileKind, StatusFile, TreeCounts, STATUS_NAME};
-use super::node::NodeKind;
 use super::open_file::{OpenFile, Outcome, ReadAnswer, Stream};
 
 pub type Ino = u64;

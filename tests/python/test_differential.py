@@ -125,6 +125,8 @@ def check_array_listing(d: Path, ref, enums: list, probs: Problems):
         want.add("data.npy")
     if enums:
         want.add("by")
+    if ref.soma_type in ("SOMADataFrame", "SOMAPointCloudDataFrame", "SOMAGeometryDataFrame"):
+        want.add("where")
     try:
         listing = os.listdir(d)
     except OSError as e:

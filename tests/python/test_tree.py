@@ -44,8 +44,8 @@ GENERATED_GROUP_NAMES = {"metadata.json"}
 def generated_group_names(node, by_relpath) -> set:
     """The names soma-mount adds to a group's directory (LAYOUT.md): metadata.json always;
     coordinate_space.json, transforms.json, image.json and level_<n>.png for spatial
-    objects; 10x/ in a measurement under an experiment's ms; anndata/ in an experiment with
-    obs and ms."""
+    objects; 10x/ in a measurement under an experiment's ms; anndata/ and where/ in an
+    experiment with obs and ms."""
     names = set(GENERATED_GROUP_NAMES)
     md = somaref.expected_metadata(node)
     if "soma_coordinate_space" in md:
@@ -61,7 +61,7 @@ def generated_group_names(node, by_relpath) -> set:
         if experiment is not None and experiment.soma_type == "SOMAExperiment" and "obs" in experiment.members:
             names.add("10x")
     if node.soma_type == "SOMAExperiment" and {"obs", "ms"} <= set(node.members):
-        names.add("anndata")
+        names.update(("anndata", "where"))
     return names
 REQUIRED_ARRAY_NAMES = {"metadata.json", "schema.json"}
 

@@ -10,10 +10,9 @@ use crate::tiledb::Value;
 
 use super::super::files::{H5adFile, ZarrStore};
 use super::super::names::file_name;
-use super::super::node::{dir, file, Entries, NodeKind};
 use super::by::{self, Split};
 use super::zarr::ZarrStoreDir;
-use super::{DirContext, DirKind, Listed};
+use super::{dir, file, DirContext, DirKind, Entries, Listed, NodeKind};
 
 /// `anndata/` of the experiment (which its listing opens: obs and every part of each
 /// measurement).

@@ -10,8 +10,7 @@ use crate::soma::{self, ArrayObject};
 use crate::tiledb::{Datatype, Value};
 
 use super::super::names::file_name;
-use super::super::node::{dir, Entries, NodeKind};
-use super::{DirContext, DirKind, Listed};
+use super::{dir, DirContext, DirKind, Entries, Listed, NodeKind};
 
 /// The name under which null is listed among a column's labels.
 pub const NULL_LABEL: &str = "__null__";

@@ -12,14 +12,13 @@ use crate::tiledb::{Member, ObjectType};
 
 use super::super::files::{Document, NpyFile, PngFile, SpatialDoc, Table};
 use super::super::names::file_name;
-use super::super::node::{dir, error_entries, file, Entries};
 use super::anndata::AnnDataDir;
 use super::by;
 use super::query::{ExperimentWhereDir, WhereDir};
 use super::table::table_entries;
 use super::table::FrameSplit;
 use super::tenx::TenxDir;
-use super::{DirContext, DirKind, Listed};
+use super::{dir, error_entries, file, DirContext, DirKind, Entries, ErrorDir, Listed};
 
 /// The directory of the object at `uri` (a group, an array, or a member that fails to open).
 #[derive(Debug, Clone)]
@@ -31,16 +30,6 @@ pub struct ObjectDir {
     obs: Option<Arc<str>>,
     /// The URIs of the enclosing object directories, to stop at cycles.
     ancestors: Arc<[String]>,
-}
-
-/// A member that cannot be shown as itself: a directory holding only `error.txt`.
-#[derive(Debug)]
-pub struct ErrorDir(pub Arc<str>);
-
-impl DirKind for ErrorDir {
-    fn list(&self, _: &DirContext) -> Listed {
-        Listed::of(error_entries(&self.0))
-    }
 }
 
 impl ObjectDir {

@@ -23,12 +23,10 @@ use crate::tiledb::Value;
 
 use super::super::files::{Document, H5adFile, Table};
 use super::super::names::file_name;
-use super::super::node::{dir, error_entries, file, Entries, NodeKind};
 use super::anndata::h5ad_files;
-use super::object::ErrorDir;
 use super::table::data_entries;
 use super::tenx::{is_matrix, TenxLayerDir};
-use super::{DirContext, DirKind, Listed};
+use super::{dir, error_entries, file, DirContext, DirKind, Entries, ErrorDir, Listed, NodeKind};
 
 /// `<dataframe>/where/`.
 #[derive(Debug)]

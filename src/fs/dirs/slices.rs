@@ -6,9 +6,8 @@ use crate::soma::{self, ArrayObject};
 use crate::tiledb::Value;
 
 use super::super::files::{Shown, Table, TableFile};
-use super::super::node::{dir, error_entries, file, Entries, NodeKind};
 use super::super::slice_name::{self, ColumnKind, SliceName, SliceRange};
-use super::{DirContext, DirKind, Listed};
+use super::{dir, error_entries, file, DirContext, DirKind, Entries, Listed, NodeKind};
 
 /// `slices/`: a directory per format, and any slice by name.
 #[derive(Debug)]

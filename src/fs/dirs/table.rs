@@ -8,10 +8,9 @@ use crate::soma::{ArrayObject, Selection};
 use crate::tiledb::Value;
 
 use super::super::files::{Shown, Table, TableFile};
-use super::super::node::{dir, file, Entries, NodeKind};
 use super::by::Split;
 use super::slices::SlicesDir;
-use super::{DirContext, DirKind, Listed};
+use super::{dir, file, DirContext, DirKind, Entries, Listed, NodeKind};
 
 /// The files of a table: `data.<ext>` in every format, and `slices/`.
 pub fn table_entries(table: &Table) -> Entries {

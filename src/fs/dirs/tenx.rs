@@ -11,9 +11,8 @@ use crate::tiledb::{ObjectType, Value};
 
 use super::super::files::{TenxFile, TenxPart};
 use super::super::names::file_name;
-use super::super::node::{dir, file, Entries, NodeKind};
 use super::by::{self, Split};
-use super::{DirContext, DirKind, Listed};
+use super::{dir, file, DirContext, DirKind, Entries, Listed, NodeKind};
 
 /// `10x/` of a measurement, whose cells its experiment's obs (at `obs`) describes.
 #[derive(Debug)]

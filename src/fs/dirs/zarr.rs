@@ -5,8 +5,7 @@
 use std::sync::Arc;
 
 use super::super::files::{ZarrArray, ZarrChunk, ZarrDocument, ZarrGroup, ZarrNode, ZarrStore};
-use super::super::node::{dir, error_entries, file, Entries, NodeKind};
-use super::{DirContext, DirKind, Listed};
+use super::{dir, error_entries, file, DirContext, DirKind, Entries, Listed, NodeKind};
 
 /// The store's root: its metadata (made on the first listing) and its groups. A store that
 /// cannot be made lists only `error.txt`.
