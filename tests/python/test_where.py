@@ -1025,3 +1025,33 @@ def test_exp_where_bad_filter_holds_only_error_txt(store, obs_filter, m, var_fil
     assert mp.proc.poll() is None, f"the daemon exited ({mp.proc.returncode})"
     assert (Path(mp) / "obs" / "data.csv").read_bytes().count(b"\n") > 1, "obs/data.csv after the bad filters"
     fail_if(problems, "bad experiment filter problems")
+
+
+@pytest.mark.timeout(240)
+def test_exp_where_10x_read_by_seurat(fixtures_dir, mounts):
+    """Seurat's Read10X of a query's 10x directory (cells and genes selected), the first
+    read of it: the query's X as features x cells, its nonzeros and sum, and the selected
+    cells' names in join id order."""
+    import test_datasets
+
+    why = test_datasets.seurat_loads()
+    if why:
+        pytest.skip(f"{why} (scripts/setup installs r-cran-seurat)")
+    obs_filter, var_filter = 'louvain == "3"', "highly_variable == True"
+    sel = selection(fixtures_dir, "pbmc", "RNA", obs_filter, var_filter)
+    mp = Path(mounts("pbmc"))
+    base = require_experiment_where(mp) / encode_filter(obs_filter)
+    d = base / "ms" / "RNA" / "where" / encode_filter(var_filter) / "10x" / "data"
+    r = test_datasets.run(["Rscript", "-e", test_datasets.R_READ10X, str(d)])
+    lines = r.stdout.splitlines()
+    n_feat, n_cells, nnz, total = lines[0].split()
+    values = sel.X["data"].table.column("soma_data").to_numpy().astype(np.float64)
+    nz = values != 0
+    what = f"Read10X of where/{obs_filter}/ms/RNA/where/{var_filter}/10x/data"
+    assert (int(n_feat), int(n_cells), int(nnz)) == (len(sel.var_j), len(sel.obs_j), int(nz.sum())), (
+        f"{what}: {n_feat} x {n_cells}, {nnz} nonzeros; tiledbsoma: {len(sel.var_j)} x "
+        f"{len(sel.obs_j)}, {int(nz.sum())}\n{r.stderr[-2000:]}"
+    )
+    assert abs(float(total) - values.sum()) <= 1e-6 * np.abs(values).sum(), f"{what}: sum {total}"
+    names = sel.obs.table.column("obs_id").to_pylist()
+    assert lines[2:] == names, f"{what}: cell names {lines[2:5]}, tiledbsoma {names[:3]}"
