@@ -14,6 +14,10 @@ a fresh Python interpreter with tiledbsoma already imported, the sides taking tu
 | var parquet | `cat ms/RNA/var/data.parquet` | `var.read()` + pyarrow Parquet |
 | head X | `head -n 5 X/data.csv` of big | `X.read(coords=(0,))` |
 | X slice | `cat X/slices/<first>.csv` of big | `X.read(coords=(slice,))` + pyarrow CSV |
+| query X | `cat where/<q>/ms/RNA/X/data/data.csv` of pbmc | `axis_query(value_filter=q).X("data")` + pyarrow CSV |
+| query h5ad | `cat where/<q>/anndata/RNA.h5ad` of pbmc | `axis_query(value_filter=q).to_anndata()` + `write_h5ad` |
+
+(`<q>` is `QUERY`, a sixth of pbmc's cells.)
 
 A mount's time is the command's, the daemon already mounted (its root opened); its requests
 are counted from the daemon's start to its unmount, so what it opens ahead of the command is
@@ -43,11 +47,12 @@ BIN = Path(os.environ.get("SOMA_MOUNT_BIN") or REPO / "target" / "release" / "so
 BUCKET = "bench"
 MOUNT_TIMEOUT = 60.0
 TASK_TIMEOUT = 300.0
+QUERY = "louvain in ['1', '2']"
 
 # The Python side of each task: a fresh interpreter imports everything, says "ready", waits
 # for a line on stdin, runs the task, and prints its seconds.
 CHILD = r"""
-import io, json, sys, time
+import io, json, os, sys, tempfile, time
 import pyarrow as pa, pyarrow.csv as pacsv, pyarrow.parquet as pq
 import tiledbsoma
 cfg, task, uri, path, arg = json.loads(sys.argv[1])
@@ -75,6 +80,14 @@ def run():
             pq.write_table(a.read().concat(), io.BytesIO())
         elif task == "head X":
             a.read(coords=(0,)).tables().concat()
+        elif task in ("query X", "query h5ad"):
+            obs_query = tiledbsoma.AxisQuery(value_filter=arg)
+            with a.axis_query("RNA", obs_query=obs_query) as q:
+                if task == "query X":
+                    pacsv.write_csv(q.X("data").tables().concat(), io.BytesIO())
+                else:
+                    out = tempfile.mkdtemp()
+                    q.to_anndata(X_name="data").write_h5ad(os.path.join(out, "q.h5ad"))
         elif task == "X slice":
             t = a.read(coords=(slice(arg[0], arg[1]),)).tables().concat()
             pacsv.write_csv(t, io.BytesIO())
@@ -190,11 +203,13 @@ def run(delays: list[float], tries: int, fixtures: Path) -> int:
                 ("var parquet", pbmc, ["cat", "{mnt}/ms/RNA/var/data.parquet"], ["ms", "RNA", "var"]),
                 ("head X", big, ["head", "-n", "5", "{mnt}/X/data.csv"], ["X"]),
                 ("X slice", big, ["cat", "{mnt}/X/slices/" + slice_name], ["X"]),
+                ("query X", pbmc, ["cat", f"{{mnt}}/where/{QUERY}/ms/RNA/X/data/data.csv"], []),
+                ("query h5ad", pbmc, ["cat", f"{{mnt}}/where/{QUERY}/anndata/RNA.h5ad"], []),
             ]
             for delay in delays:
                 proxy.set_delay(delay)
                 for name, uri, command, path in tasks:
-                    arg = list(rows_range) if name == "X slice" else None
+                    arg = list(rows_range) if name == "X slice" else QUERY if name.startswith("query") else None
                     best_m = best_p = (float("inf"), 0)
                     for _ in range(tries):
                         best_m = min(best_m, mount_side(proxy, uri, cfg, command))

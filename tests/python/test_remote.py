@@ -692,7 +692,7 @@ def test_uncached_paths_during_outage(how, fault_server, fixtures_dir):
     server.upload_tree(uploads["pbmc"], BUCKET, "pbmc")
     with _fault_mount(server, "pbmc") as mp:
         root = Path(mp)
-        assert sorted(os.listdir(root)) == ["anndata", "metadata.json", "ms", "obs"]
+        assert sorted(os.listdir(root)) == ["anndata", "metadata.json", "ms", "obs", "where"]
         stop_how(server, how)
         seen = {}
         probes = [("obs", "dir"), ("obs/schema.json", "file"), ("ms", "dir"), ("ms/RNA", "dir"),
