@@ -13,7 +13,7 @@ a fresh Python interpreter with tiledbsoma already imported, the sides taking tu
 | obs csv | `cat obs/data.csv` | `obs.read()` + pyarrow CSV |
 | var parquet | `cat ms/RNA/var/data.parquet` | `var.read()` + pyarrow Parquet |
 | head X | `head -n 5 X/data.csv` of big | `X.read(coords=(0,))` |
-| X slice | `cat X/slices/<first>.csv` of big | `X.read(coords=(slice,))` + pyarrow CSV |
+| X slice | `cat X/slices/csv/<first>.csv` of big | `X.read(coords=(slice,))` + pyarrow CSV |
 | query X | `cat where/<q>/ms/RNA/X/data/data.csv` of pbmc | `axis_query(value_filter=q).X("data")` + pyarrow CSV |
 | query h5ad | `cat where/<q>/anndata/RNA.h5ad` of pbmc | `axis_query(value_filter=q).to_anndata()` + `write_h5ad` |
 
@@ -179,9 +179,9 @@ def python_side(proxy: LatencyProxy, cfg: dict, task: str, uri: str, path: list,
 
 
 def first_slice(proxy_cfg: dict, big_uri: str) -> tuple[str, tuple[int, int]]:
-    """The first CSV listed in X/slices/ and the rows it holds."""
+    """The first chunk listed in X/slices/csv/ and the rows it holds."""
     with Mount(big_uri, *config_args(proxy_cfg)) as m:
-        names = [p for p in os.listdir(m.dir / "X" / "slices") if p.endswith(".csv")]
+        names = os.listdir(m.dir / "X" / "slices" / "csv")
     name = min(names, key=lambda p: int(p.split("-")[0]))
     lo, hi = name.removesuffix(".csv").split("-")
     return name, (int(lo), int(hi))
@@ -202,7 +202,7 @@ def run(delays: list[float], tries: int, fixtures: Path) -> int:
                 ("obs csv", pbmc, ["cat", "{mnt}/obs/data.csv"], ["obs"]),
                 ("var parquet", pbmc, ["cat", "{mnt}/ms/RNA/var/data.parquet"], ["ms", "RNA", "var"]),
                 ("head X", big, ["head", "-n", "5", "{mnt}/X/data.csv"], ["X"]),
-                ("X slice", big, ["cat", "{mnt}/X/slices/" + slice_name], ["X"]),
+                ("X slice", big, ["cat", "{mnt}/X/slices/csv/" + slice_name], ["X"]),
                 ("query X", pbmc, ["cat", f"{{mnt}}/where/{QUERY}/ms/RNA/X/data/data.csv"], []),
                 ("query h5ad", pbmc, ["cat", f"{{mnt}}/where/{QUERY}/anndata/RNA.h5ad"], []),
             ]
