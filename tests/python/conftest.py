@@ -329,25 +329,34 @@ def mount():
     return mount_guard
 
 
+@contextlib.contextmanager
+def lazy_mounts(fixtures_dir, label, args=lambda store: ()):
+    """`with lazy_mounts(fixtures_dir, label) as get:` get(store) -> the mountpoint of the
+    fixture store `store`, mounted through mount_guard on first use (with `args(store)`,
+    labelled `label(store)`), one daemon per store, all unmounted when the block ends."""
+    stack = contextlib.ExitStack()
+    cache: dict[str, MountPath] = {}
+
+    def get(store: str) -> MountPath:
+        if store not in cache:
+            cache[store] = stack.enter_context(
+                mount_guard(fixtures_dir / store, *args(store), label=label(store), session=True)
+            )
+        p = cache[store]
+        if p.proc.poll() is not None:
+            pytest.fail(f"the soma-mount daemon for {store} has exited ({p.proc.returncode}):\n{_tail(p.log)}")
+        return p
+
+    with stack:
+        yield get
+
+
 @pytest.fixture(scope="session")
 def mounted(fixtures_dir, soma_mount_bin):
     """Session-wide read-only mounts of the fixture stores: mounted(name) -> path.
 
     Lazily mounted on first use, unmounted at the end of the session."""
-    stack = contextlib.ExitStack()
-    cache: dict[str, MountPath] = {}
-
-    def get(name: str) -> MountPath:
-        if name not in cache:
-            cache[name] = stack.enter_context(
-                mount_guard(fixtures_dir / name, label=f"session mount of {name}", session=True)
-            )
-        p = cache[name]
-        if p.proc.poll() is not None:
-            pytest.fail(f"the session daemon for {name} has exited ({p.proc.returncode}):\n{_tail(p.log)}")
-        return p
-
-    with stack:
+    with lazy_mounts(fixtures_dir, lambda name: f"session mount of {name}") as get:
         yield get
 
 

@@ -22,7 +22,6 @@ Run: .venv/bin/python -m pytest tests/python/test_legacy.py -q
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import gzip
 import importlib.util
@@ -47,7 +46,7 @@ import test_slices
 import test_tree
 import tiledb
 import tiledbsoma
-from conftest import mount_guard
+from conftest import lazy_mounts
 from somaref import encode_name, json_equal, load_json_strict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,20 +77,7 @@ def _make_fixtures_module():
 @pytest.fixture(scope="module")
 def mounts(fixtures_dir, soma_mount_bin):
     """mounts(store) -> mountpoint: one daemon per store for this module."""
-    stack = contextlib.ExitStack()
-    cache: dict = {}
-
-    def get(store: str):
-        if store not in cache:
-            cache[store] = stack.enter_context(
-                mount_guard(fixtures_dir / store, label=f"{store} (test_legacy)", session=True)
-            )
-        p = cache[store]
-        if p.proc.poll() is not None:
-            pytest.fail(f"the soma-mount daemon for {store} has exited ({p.proc.returncode})")
-        return p
-
-    with stack:
+    with lazy_mounts(fixtures_dir, lambda store: f"{store} (test_legacy)") as get:
         yield get
 
 

@@ -20,7 +20,6 @@ Run: .venv/bin/python -m pytest tests/python/test_slices.py -q
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import math
 import os
@@ -36,7 +35,7 @@ import dataref
 import somaref
 import tiledb
 import tiledbsoma
-from conftest import mount_guard, within
+from conftest import lazy_mounts, within
 from dataref import Ref, RefCol
 from somaref import encode_name
 from test_data import (
@@ -70,26 +69,11 @@ _INFO: dict = {}
 def chunked(fixtures_dir, soma_mount_bin):
     """chunked(store) -> mountpoint of `store` mounted with --chunk-cells CHUNK_CELLS[store]
     (one daemon per store for the whole module, through mount_guard)."""
-    stack = contextlib.ExitStack()
-    cache: dict = {}
-
-    def get(store: str):
-        if store not in cache:
-            cache[store] = stack.enter_context(
-                mount_guard(
-                    fixtures_dir / store,
-                    "--chunk-cells",
-                    CHUNK_CELLS[store],
-                    label=f"{store} with --chunk-cells {CHUNK_CELLS[store]}",
-                    session=True,
-                )
-            )
-        p = cache[store]
-        if p.proc.poll() is not None:
-            pytest.fail(f"the soma-mount daemon for {store} has exited ({p.proc.returncode})")
-        return p
-
-    with stack:
+    with lazy_mounts(
+        fixtures_dir,
+        lambda store: f"{store} with --chunk-cells {CHUNK_CELLS[store]}",
+        lambda store: ("--chunk-cells", CHUNK_CELLS[store]),
+    ) as get:
         yield get
 
 

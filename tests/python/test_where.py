@@ -62,7 +62,7 @@ import test_anndata
 import test_legacy
 import test_slices
 import tiledbsoma
-from conftest import mount_guard, within
+from conftest import lazy_mounts, mount_guard, within
 from dataref import Ref
 from test_data import Problems, decode_utf8, fail_if, read_data_file
 from test_slices import check_file_against, make_ref, table_values, values_equal
@@ -127,20 +127,7 @@ def absent(path: Path) -> str | None:
 @pytest.fixture(scope="module")
 def mounts(fixtures_dir, soma_mount_bin):
     """mounts(store) -> mountpoint: one daemon per store for this module."""
-    stack = contextlib.ExitStack()
-    cache: dict = {}
-
-    def get(store: str):
-        if store not in cache:
-            cache[store] = stack.enter_context(
-                mount_guard(fixtures_dir / store, label=f"{store} (test_where)", session=True)
-            )
-        p = cache[store]
-        if p.proc.poll() is not None:
-            pytest.fail(f"the soma-mount daemon for {store} has exited ({p.proc.returncode})")
-        return p
-
-    with stack:
+    with lazy_mounts(fixtures_dir, lambda store: f"{store} (test_where)") as get:
         yield get
 
 
