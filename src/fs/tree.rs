@@ -603,9 +603,7 @@ impl Tree {
     /// A directory's listing: made on first look, and for object directories made again
     /// once older than the metadata TTL (kept, with its nodes, when the object is unchanged).
     fn listing(&self, node: &Node) -> FsResult<Arc<Listing>> {
-        if !node.kind.is_dir() {
-            return Err(FsError::NotADirectory);
-        }
+        let dir = node.kind.dir().ok_or(FsError::NotADirectory)?;
         if let Some(listing) = self.fresh(node, &node.listing.read().recover()) {
             return Ok(listing);
         }
@@ -615,7 +613,6 @@ impl Tree {
         if let Some(listing) = self.fresh(node, &current) {
             return Ok(listing);
         }
-        let dir = node.kind.dir().ok_or(FsError::NotADirectory)?;
         let listed = dir.list(&DirContext {
             store: &*self.store,
             files: &self.files,

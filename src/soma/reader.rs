@@ -851,17 +851,20 @@ impl BatchReader {
 
     /// The next batch that holds rows, of those the read keeps ([`Self::kept_rows`]).
     fn next_kept_batch(&mut self) -> Result<Option<RecordBatch>> {
-        let Some(rows) = &self.kept_rows else {
+        let Some(rows) = self.kept_rows.take() else {
             return self.next_sorted_batch();
         };
-        let rows = rows.clone();
-        while let Some(batch) = self.next_sorted_batch()? {
-            let kept = keep_rows(&batch, &rows)?;
-            if kept.num_rows() > 0 {
-                return Ok(Some(kept));
+        let next = loop {
+            match self.next_sorted_batch() {
+                Ok(Some(batch)) => match keep_rows(&batch, &rows) {
+                    Ok(kept) if kept.num_rows() == 0 => continue,
+                    kept => break kept.map(Some),
+                },
+                ended_or_failed => break ended_or_failed,
             }
-        }
-        Ok(None)
+        };
+        self.kept_rows = Some(rows);
+        next
     }
 
     fn next_sorted_batch(&mut self) -> Result<Option<RecordBatch>> {

@@ -1,9 +1,12 @@
 //! Parts of an array: clipping a selection to the array's domain, and cutting the array into
 //! chunks of about N stored cells along its first index column, from fragment metadata alone.
 
+use std::sync::Arc;
+
 use crate::digest::Digest;
 use crate::tiledb::{self, Value};
 
+use super::filter::Filter;
 use super::object::{ArrayObject, Chunks};
 use super::reader::Selection;
 
@@ -35,6 +38,14 @@ pub fn is_reversed(range: &(Value, Value)) -> bool {
 }
 
 impl Selection {
+    /// Every row that satisfies a value filter (every row for `all`).
+    pub fn filtered(filter: Filter) -> Selection {
+        Selection {
+            filter: filter.condition.map(Arc::new),
+            ..Selection::default()
+        }
+    }
+
     /// Feeds what the selection selects to a digest (for cache keys).
     pub fn digest_into(&self, digest: &mut Digest) {
         digest.number(self.ranges.len() as u64);

@@ -52,10 +52,7 @@ impl DirKind for WhereDir {
                 object: self.object.clone(),
                 table: Table {
                     array: self.frame.clone(),
-                    selection: Selection {
-                        filter: filter.condition.map(Arc::new),
-                        ..Selection::default()
-                    },
+                    selection: Selection::filtered(filter),
                 },
             }),
             Err(e) => dir(ErrorDir(e.to_string().into())),
@@ -127,15 +124,10 @@ impl DirKind for FilteredExperimentDir {
             Err(e) => return Listed::of(error_entries(&e.to_string())),
         };
         let query = Arc::new(CellQuery {
-            cells: Selection {
-                filter: filter.condition.map(Arc::new),
-                ..Selection::default()
-            },
+            cells: SelectedRows::new(&experiment.obs, Selection::filtered(filter)),
             experiment,
-            runs: OnceLock::new(),
         });
-        let obs = &query.experiment.obs;
-        let obs = frame_dir(obs, query.cells.clone());
+        let obs = frame_dir(&query.cells);
         let measurements = MeasurementsDir(query.clone());
         let anndata = AnnDataFilesDir(query);
         Listed::of(vec![
@@ -146,39 +138,49 @@ impl DirKind for FilteredExperimentDir {
     }
 }
 
-/// The cells of an experiment that a filter selects, and their join ids once read.
+/// The cells of an experiment that a filter selects.
 #[derive(Debug)]
 struct CellQuery {
     experiment: AnnDataExperiment,
-    cells: Selection,
-    /// The selected cells' join ids, as runs (read from obs when a matrix is first listed).
+    cells: SelectedRows,
+}
+
+/// The rows of obs or var that a filter selects, and their join ids, read once, when a
+/// matrix of the query is first listed.
+#[derive(Debug)]
+struct SelectedRows {
+    frame: Arc<ArrayObject>,
+    rows: Selection,
     runs: OnceLock<Result<Vec<(i64, i64)>, String>>,
 }
 
-impl CellQuery {
-    /// The selected cells' join ids, as runs.
-    fn cell_runs(&self) -> Result<&[(i64, i64)], String> {
-        let runs = self
-            .runs
-            .get_or_init(|| selected_runs(&self.experiment.obs, &self.cells));
+impl SelectedRows {
+    fn new(frame: &Arc<ArrayObject>, rows: Selection) -> SelectedRows {
+        SelectedRows {
+            frame: frame.clone(),
+            rows,
+            runs: OnceLock::new(),
+        }
+    }
+
+    /// The selected rows' join ids, as runs.
+    fn runs(&self) -> Result<&[(i64, i64)], String> {
+        let runs = self.runs.get_or_init(|| {
+            let scanned = anndata::scan_rows(&self.frame, &self.rows, &[]);
+            let scanned = scanned.map_err(|e| format!("{}: {e}", self.frame.uri))?;
+            Ok(scanned.joinids.runs())
+        });
         runs.as_deref().map_err(Clone::clone)
     }
 }
 
-/// The join ids of the rows of `frame` that `rows` selects, as runs.
-fn selected_runs(frame: &ArrayObject, rows: &Selection) -> Result<Vec<(i64, i64)>, String> {
-    let scanned =
-        anndata::scan_rows(frame, rows, &[]).map_err(|e| format!("{}: {e}", frame.uri))?;
-    Ok(scanned.joinids.runs())
-}
-
-/// A frame's rows that `rows` selects: `data.<ext>` and the frame's `schema.json`.
-fn frame_dir(frame: &Arc<ArrayObject>, rows: Selection) -> NodeKind {
+/// The selected rows of a frame: `data.<ext>` and the frame's `schema.json`.
+fn frame_dir(rows: &SelectedRows) -> NodeKind {
     dir(FilteredFrameDir {
-        object: Arc::new(SomaObject::Array(frame.clone())),
+        object: Arc::new(SomaObject::Array(rows.frame.clone())),
         table: Table {
-            array: frame.clone(),
-            selection: rows,
+            array: rows.frame.clone(),
+            selection: rows.rows.clone(),
         },
     })
 }
@@ -209,34 +211,20 @@ impl DirKind for MeasurementsDir {
     }
 }
 
-/// The genes of a measurement that a var filter selects, and their join ids once read.
-#[derive(Debug)]
-struct GeneQuery {
-    genes: Selection,
-    runs: OnceLock<Result<Vec<(i64, i64)>, String>>,
-}
-
-impl GeneQuery {
-    /// The selected genes' join ids in `var`, as runs.
-    fn gene_runs(&self, var: &ArrayObject) -> Result<&[(i64, i64)], String> {
-        let runs = self.runs.get_or_init(|| selected_runs(var, &self.genes));
-        runs.as_deref().map_err(Clone::clone)
-    }
-}
-
 /// `where/<obs filter>/ms/<m>/`, or `…/ms/<m>/where/<var filter>/` (`genes`).
 #[derive(Debug)]
 struct MeasurementDir {
     query: Arc<CellQuery>,
     measurement: Arc<AnnDataMeasurement>,
-    genes: Option<Arc<GeneQuery>>,
+    /// The genes a var filter selects (all when `None`).
+    genes: Option<Arc<SelectedRows>>,
 }
 
 impl MeasurementDir {
     fn genes(&self) -> Selection {
         self.genes
             .as_ref()
-            .map_or_else(Selection::default, |g| g.genes.clone())
+            .map_or_else(Selection::default, |g| g.rows.clone())
     }
 
     /// The directory of the matrices `members` (X's layers, or obsm), restricted to the
@@ -245,7 +233,6 @@ impl MeasurementDir {
         dir(MatricesDir {
             query: self.query.clone(),
             genes: self.genes.clone().filter(|_| along_genes),
-            var: self.measurement.var.clone(),
             members: members.to_vec(),
         })
     }
@@ -259,7 +246,7 @@ impl MeasurementDir {
                     obs: self.query.experiment.obs.clone(),
                     var: m.var.clone(),
                     x: layer.array.clone(),
-                    cells: self.query.cells.clone(),
+                    cells: self.query.cells.rows.clone(),
                     genes: self.genes(),
                 };
                 let layer_dir = dir(TenxLayerDir(Arc::new(tenx)));
@@ -273,8 +260,12 @@ impl MeasurementDir {
 impl DirKind for MeasurementDir {
     fn list(&self, _: &DirContext) -> Listed {
         let m = &self.measurement;
+        let var = match &self.genes {
+            Some(genes) => frame_dir(genes),
+            None => frame_dir(&SelectedRows::new(&m.var, Selection::default())),
+        };
         let mut named = vec![
-            ("var".into(), frame_dir(&m.var, self.genes())),
+            ("var".into(), var),
             ("X".into(), self.matrices(&m.layers, true)),
             ("obsm".into(), self.matrices(&m.obsm, false)),
             ("10x".into(), self.tenx()),
@@ -286,7 +277,8 @@ impl DirKind for MeasurementDir {
             )),
             Some(_) => {
                 let experiment = &self.query.experiment;
-                let h5ad = H5adFile::new(experiment, m, &self.query.cells, &self.genes());
+                let cells = &self.query.cells.rows;
+                let h5ad = H5adFile::new(experiment, m, cells, &self.genes());
                 named.extend(h5ad.map(|h5ad| ("anndata.h5ad".to_owned(), file(h5ad))));
             }
         }
@@ -308,13 +300,10 @@ impl DirKind for MeasurementWhereDir {
             Ok(filter) => dir(MeasurementDir {
                 query: self.0.clone(),
                 measurement: self.1.clone(),
-                genes: Some(Arc::new(GeneQuery {
-                    genes: Selection {
-                        filter: filter.condition.map(Arc::new),
-                        ..Selection::default()
-                    },
-                    runs: OnceLock::new(),
-                })),
+                genes: Some(Arc::new(SelectedRows::new(
+                    &self.1.var,
+                    Selection::filtered(filter),
+                ))),
             }),
             Err(e) => dir(ErrorDir(e.to_string().into())),
         })
@@ -326,8 +315,7 @@ impl DirKind for MeasurementWhereDir {
 struct MatricesDir {
     query: Arc<CellQuery>,
     /// The selected genes, for matrices along var.
-    genes: Option<Arc<GeneQuery>>,
-    var: Arc<ArrayObject>,
+    genes: Option<Arc<SelectedRows>>,
     members: Vec<Named>,
 }
 
@@ -337,7 +325,6 @@ impl DirKind for MatricesDir {
             let dir = dir(MatrixDir {
                 query: self.query.clone(),
                 genes: self.genes.clone(),
-                var: self.var.clone(),
                 array: member.array.clone(),
             });
             (file_name(&member.name), dir)
@@ -351,21 +338,15 @@ impl DirKind for MatricesDir {
 #[derive(Debug)]
 struct MatrixDir {
     query: Arc<CellQuery>,
-    genes: Option<Arc<GeneQuery>>,
-    var: Arc<ArrayObject>,
+    genes: Option<Arc<SelectedRows>>,
     array: Arc<ArrayObject>,
 }
 
 impl DirKind for MatrixDir {
     /// Reads the selected cells' join ids (and genes') when first listed.
     fn list(&self, _: &DirContext) -> Listed {
-        let gene_runs = (self.genes.as_ref())
-            .map(|genes| genes.gene_runs(&self.var))
-            .transpose();
-        let runs = self
-            .query
-            .cell_runs()
-            .and_then(|cells| Ok((cells, gene_runs?)));
+        let gene_runs = self.genes.as_ref().map(|genes| genes.runs()).transpose();
+        let runs = (self.query.cells.runs()).and_then(|cells| Ok((cells, gene_runs?)));
         let (cells, genes) = match runs {
             Ok(runs) => runs,
             Err(message) => return Listed::of(error_entries(&message)),
@@ -404,7 +385,7 @@ impl DirKind for AnnDataFilesDir {
     fn list(&self, _: &DirContext) -> Listed {
         let query = &self.0;
         let all = Selection::default();
-        Listed::of(h5ad_files(&query.experiment, &query.cells, &all))
+        Listed::of(h5ad_files(&query.experiment, &query.cells.rows, &all))
     }
 }
 
