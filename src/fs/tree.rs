@@ -1,9 +1,10 @@
 //! The inode table: the directories and files the kernel holds, and the operations on them.
-//! What a directory lists and what a file holds is decided in [`super::node`]; data files
-//! are opened by [`super::data`].
+//! What a directory lists is decided by its kind ([`super::dirs`]), what a file holds by its
+//! kind ([`super::files`]); data files are opened by [`super::data`].
 //!
 //! Directories are filled on first look: opening the object behind a directory reads its
-//! metadata and structure (never array data), and every entry gets a node, with its inode
+//! metadata and structure (array data only for the kinds that say so: a Zarr store's
+//! metadata, a query's selected join ids), and every entry gets a node, with its inode
 //! number, then. The kernel counts the inodes it was given by lookups and tells when it
 //! forgets them (`forget`): a forgotten inode leaves the table, and a forgotten directory
 //! lets go of its listing, so what the daemon holds follows what the kernel holds, not

@@ -2,7 +2,7 @@
 //! about it: its size, how it opens, whether a `stat` generates it, and (for generated
 //! files) its cache key. The tree asks these questions through [`FileKind`] and decides
 //! nothing about any kind; a new kind of file is a new module here and a line in the
-//! listing that shows it ([`super::node`]).
+//! listing that shows it ([`super::dirs`]).
 
 mod anndata;
 mod document;
