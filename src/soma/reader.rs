@@ -84,8 +84,8 @@ pub struct BatchReader {
     expected_cells: u64,
     /// What libtiledb decompresses at a time, in cells of this read.
     unit: Option<TileUnit>,
-    /// The runs of the first dimension still to read (inclusive), when reading in runs.
-    runs: VecDeque<(i128, i128)>,
+    /// The runs still to read, when reading in runs.
+    runs: VecDeque<Run>,
     query: Option<ReadQuery>,
     /// The current query's first batch, when it was read ahead.
     first_batch: Option<Option<Batch>>,
@@ -105,9 +105,6 @@ pub struct BatchReader {
     /// The rows a dense read selects: it must return exactly these.
     expected_rows: Option<u64>,
     rows_returned: u64,
-    /// The rows of the first dimension kept of what the queries return, when scattered
-    /// selected rows are read as the span that holds them ([`span_scattered_rows`]).
-    kept_rows: Option<Vec<(i64, i64)>>,
     /// The columns whose nulls every query counts, and the nulls of the queries ended.
     null_counts: Vec<(String, u64)>,
     /// The reader's share of the memory budget.
@@ -138,6 +135,14 @@ const RUNS_AHEAD: usize = 2;
 
 /// Cells a query of a band-sorted read aims for (its runs of bands are sized to it).
 const CELLS_PER_QUERY: u64 = 4 << 20;
+
+/// The rows of the first dimension one query of a band-sorted read reads: sorted, disjoint,
+/// inclusive ranges, all within bands no other run reads rows of before it. Several ranges
+/// are read in one query, unordered: libtiledb reads several ranges of a dimension only
+/// row-major or unordered, and its unordered read of an array without duplicates is its
+/// global-order reader, whose cells arrive in global order all the same (which
+/// [`BandSorter`] checks). None: the read holds nothing.
+type Run = Vec<(i128, i128)>;
 
 /// How a reader gets rows sorted by the index columns.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -548,58 +553,6 @@ fn filter_condition(array: &Array, filter: &Condition) -> Result<QueryCondition>
     })
 }
 
-/// A query's fixed cost, in cells read: a range of the first dimension read by a query of its
-/// own costs about as much as reading this many cells more (3.7 ms a query on the 2-core
-/// machine, where a read of X goes at about 40 million cells a second).
-const QUERY_COST_CELLS: i128 = 100_000;
-
-/// Selected rows of the first dimension in ranges so many that their queries would cost
-/// more than reading every cell of the span that holds them ([`QUERY_COST_CELLS`]): a query's
-/// cells scattered through X. They are read as that one span (its bands whole, in global
-/// order) and only the selected rows kept: a query per range takes 40 times as long on a
-/// 25-million-cell X with a tenth of its rows selected, and libtiledb's row-major reader
-/// over the ranges 5 times. Returns the selected rows, `ranges[0]` made the span; `None`
-/// (and `ranges` as they are) otherwise, or when the ranges are not sorted int64 runs.
-fn span_scattered_rows(
-    array: &ArrayObject,
-    ranges: &mut [Vec<(Value, Value)>],
-) -> Option<Vec<(i64, i64)>> {
-    let first = ranges.first().filter(|r| r.len() > 1)?;
-    let rows: Vec<(i64, i64)> = (first.iter())
-        .map(|range| match range {
-            (Value::Int(lo), Value::Int(hi)) if lo <= hi => Some((*lo, *hi)),
-            _ => None,
-        })
-        .collect::<Option<_>>()?;
-    if !rows.windows(2).all(|w| w[0].1 < w[1].0) {
-        return None;
-    }
-    let (lo, hi) = (rows.first()?.0, rows.last()?.1);
-    let (stored_lo, stored_hi) = array.non_empty_domain.first().cloned().flatten()?;
-    let (stored_lo, stored_hi) = (stored_lo.as_i128()?, stored_hi.as_i128()?);
-    let stored_rows = (stored_hi - stored_lo + 1).max(1);
-    let span_rows = (i128::from(hi).min(stored_hi) - i128::from(lo).max(stored_lo) + 1).max(0);
-    let span_cells = i128::from(array.stored_cells().ok()?) * span_rows / stored_rows;
-    if (rows.len() as i128) * QUERY_COST_CELLS < span_cells {
-        return None;
-    }
-    ranges[0] = vec![(Value::Int(lo), Value::Int(hi))];
-    Some(rows)
-}
-
-/// The rows of `batch` whose first column (int64) is in `rows` (sorted, inclusive runs).
-fn keep_rows(batch: &RecordBatch, rows: &[(i64, i64)]) -> Result<RecordBatch> {
-    let ids = int64_values(batch.column(0))?;
-    let kept: arrow_array::BooleanArray = (ids.iter())
-        .map(|&id| {
-            let at = rows.partition_point(|&(_, hi)| hi < id);
-            Some(rows.get(at).is_some_and(|&(lo, _)| lo <= id))
-        })
-        .collect();
-    arrow_select::filter::filter_record_batch(batch, &kept)
-        .map_err(|e| Error::invalid(e.to_string()))
-}
-
 /// The rows of the first dimension a band-sorted read of `ranges` (all of it when empty)
 /// goes through: each range narrowed to the rows `array` stores, in order; none of those
 /// that hold no stored row.
@@ -623,8 +576,8 @@ fn stored_rows(array: &ArrayObject, ranges: &[(Value, Value)]) -> Vec<(i128, i12
 
 /// How a band-sorted read goes through its rows.
 struct BandRuns {
-    /// The runs of the first dimension its queries read, in order (inclusive).
-    runs: VecDeque<(i128, i128)>,
+    /// The runs its queries read, in order.
+    runs: VecDeque<Run>,
     sorter: BandSorter,
     /// The cells of a band of the selected rows, taken as spread evenly.
     cells_per_band: u64,
@@ -632,8 +585,9 @@ struct BandRuns {
 
 /// The runs of a band-sorted read of `ranges` (one list per index column) of `array`, in
 /// bands of `extent` rows from `origin`, about `expected_cells` cells in all: [`band_runs`]
-/// of each range of [`stored_rows`], the first opening with a few rows; one empty run when
-/// nothing is stored in the selected ranges.
+/// of each range of [`stored_rows`], the first opening with a few rows, gathered into runs
+/// of several ranges ([`gather_runs`]) unless the array allows duplicates; one empty run
+/// when nothing is stored in the selected ranges.
 fn band_runs_of(
     array: &ArrayObject,
     ranges: &[Vec<(Value, Value)>],
@@ -646,18 +600,26 @@ fn band_runs_of(
     let cells_per_band = (u128::from(expected_cells) * extent.max(1) as u128
         / selected_rows.max(1) as u128)
         .min(u128::from(u64::MAX)) as u64;
-    let mut runs = VecDeque::new();
+    let mut pieces = VecDeque::new();
     for (i, range) in selected.into_iter().enumerate() {
-        runs.extend(band_runs(range, extent, origin, cells_per_band, i == 0));
+        pieces.extend(band_runs(range, extent, origin, cells_per_band, i == 0));
     }
+    let mut runs = if array.schema.allows_duplicates {
+        // libtiledb reads several ranges of such an array unordered indeed: a range a run.
+        pieces.into_iter().map(|piece| vec![piece]).collect()
+    } else {
+        let stored_per_band = stored_cells_per_band(array, extent);
+        gather_runs(pieces, (extent, origin), cells_per_band, stored_per_band)
+    };
     if runs.is_empty() {
         // Nothing stored in the selected ranges: an empty read.
-        runs.push_back((1, 0));
+        runs.push_back(Run::new());
     }
     let sorter = BandSorter {
         extent,
         origin,
         key_columns: ranges.len() - 1,
+        distinct: !array.schema.allows_duplicates,
         band: None,
         pending: Vec::new(),
     };
@@ -666,6 +628,45 @@ fn band_runs_of(
         sorter,
         cells_per_band,
     }
+}
+
+/// The cells `array` stores in a band of `extent` rows, taken as spread evenly over the rows
+/// it stores; `None` when its fragments do not say.
+fn stored_cells_per_band(array: &ArrayObject, extent: i128) -> Option<u64> {
+    let (lo, hi) = array.non_empty_domain.first().cloned().flatten()?;
+    let rows = hi.as_i128()? - lo.as_i128()? + 1;
+    let cells = array.stored_cells().ok()?;
+    let per_band = u128::from(cells) * extent.max(1) as u128 / rows.max(1) as u128;
+    Some(per_band.min(u128::from(u64::MAX)) as u64)
+}
+
+/// `pieces` (runs of one range each, in order, from [`band_runs`]) gathered into runs of
+/// several: the first piece alone (the read's first rows), then as many pieces as lie in
+/// bands that store about [`CELLS_PER_QUERY`] cells (`stored_per_band` in a band of
+/// `extent` rows from `origin`; when unknown, the `cells_per_band` selected). A query of
+/// scattered rows decompresses every tile that holds one of them, so its bands are what it
+/// costs; and a query costs about as much fixed work as reading 100,000 cells of X, so a
+/// query for each of many scattered rows is many times slower than one for all of them.
+fn gather_runs(
+    pieces: VecDeque<(i128, i128)>,
+    (extent, origin): (i128, i128),
+    cells_per_band: u64,
+    stored_per_band: Option<u64>,
+) -> VecDeque<Run> {
+    let extent = extent.max(1);
+    let band = |row: i128| (row - origin).div_euclid(extent);
+    let band_cells = u128::from(stored_per_band.unwrap_or(cells_per_band));
+    let span_cells = |lo: i128, hi: i128| band_cells * (band(hi) - band(lo) + 1) as u128;
+    let mut runs: VecDeque<Run> = VecDeque::new();
+    for (i, piece) in pieces.into_iter().enumerate() {
+        match runs.back_mut() {
+            Some(run) if i > 1 && span_cells(run[0].0, piece.1) <= u128::from(CELLS_PER_QUERY) => {
+                run.push(piece)
+            }
+            _ => runs.push_back(vec![piece]),
+        }
+    }
+    runs
 }
 
 impl BatchReader {
@@ -708,7 +709,6 @@ impl BatchReader {
         let columns = read_columns(array, selection, unsorted.map(|(only, _)| only));
         let mut ranges = read_ranges(array, selection);
         let dense_selected = selected_cells(&ranges);
-        let kept_rows = span_scattered_rows(array, &mut ranges);
         let label = label_equality(array, selection)?;
         let cells = super::estimated_cells(array, selection)?;
         let read_bytes = cells.saturating_mul(row_bytes(&columns));
@@ -758,7 +758,6 @@ impl BatchReader {
             ready: VecDeque::new(),
             expected_rows,
             rows_returned: 0,
-            kept_rows,
             null_counts: unsorted
                 .map(|(_, counted)| counted.iter().map(|c| ((*c).to_owned(), 0)).collect())
                 .unwrap_or_default(),
@@ -772,7 +771,7 @@ impl BatchReader {
     /// domain), a reader with nothing to read.
     fn start(mut self, empty: bool) -> Result<BatchReader> {
         if empty {
-            self.runs = VecDeque::from([(1, 0)]);
+            self.runs = VecDeque::from([Run::new()]);
             self.expected_rows = Some(0);
         } else if self.runs.is_empty() {
             self.query = Some(self.new_query(None, true)?);
@@ -780,23 +779,29 @@ impl BatchReader {
         Ok(self)
     }
 
-    /// A query over the reader's ranges, with dimension 0 narrowed to `run` when given;
-    /// its batches `start_small` when its consumer waits for its first rows.
-    fn new_query(&self, run: Option<(i128, i128)>, start_small: bool) -> Result<ReadQuery> {
+    /// A query over the reader's ranges, with dimension 0 narrowed to `run` when given
+    /// (unordered when it holds several ranges: see [`Run`]); its batches `start_small`
+    /// when its consumer waits for its first rows.
+    fn new_query(&self, run: Option<&Run>, start_small: bool) -> Result<ReadQuery> {
         let mut ranges = self.ranges.clone();
         let mut expected_cells = self.expected_cells;
-        if let Some((lo, hi)) = run {
+        let mut layout = self.layout;
+        if let Some(run) = run {
             if let Some(bands) = &self.bands {
                 // Per band: scale to the run's rows.
-                let rows = (hi - lo + 1) as u128;
-                let scaled = u128::from(expected_cells) * rows / bands.extent.max(1) as u128;
+                let rows: i128 = run.iter().map(|(lo, hi)| hi - lo + 1).sum();
+                let scaled =
+                    u128::from(expected_cells) * rows as u128 / bands.extent.max(1) as u128;
                 expected_cells = scaled.clamp(1, u128::from(u64::MAX)) as u64;
             }
             let bound = |v: i128| match self.columns[0].arrow_type {
                 DataType::UInt64 => Value::UInt(v as u64),
                 _ => Value::Int(v as i64),
             };
-            ranges[0] = vec![(bound(lo), bound(hi))];
+            ranges[0] = run.iter().map(|&(lo, hi)| (bound(lo), bound(hi))).collect();
+            if run.len() > 1 {
+                layout = Layout::Unordered;
+            }
         }
         let sizing = BatchSizing {
             bytes: self.batch_bytes,
@@ -806,7 +811,7 @@ impl BatchReader {
         };
         let mut query = ReadQuery::new(
             self.array.clone(),
-            self.layout,
+            layout,
             &ranges,
             &self.specs,
             self.condition.as_ref(),
@@ -832,7 +837,7 @@ impl BatchReader {
 
     /// The next batch of rows, `None` at the end.
     pub fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
-        let next = self.next_kept_batch()?;
+        let next = self.next_sorted_batch()?;
         match &next {
             Some(batch) => self.rows_returned += batch.num_rows() as u64,
             None => {
@@ -847,24 +852,6 @@ impl BatchReader {
             }
         }
         Ok(next)
-    }
-
-    /// The next batch that holds rows, of those the read keeps ([`Self::kept_rows`]).
-    fn next_kept_batch(&mut self) -> Result<Option<RecordBatch>> {
-        let Some(rows) = self.kept_rows.take() else {
-            return self.next_sorted_batch();
-        };
-        let next = loop {
-            match self.next_sorted_batch() {
-                Ok(Some(batch)) => match keep_rows(&batch, &rows) {
-                    Ok(kept) if kept.num_rows() == 0 => continue,
-                    kept => break kept.map(Some),
-                },
-                ended_or_failed => break ended_or_failed,
-            }
-        };
-        self.kept_rows = Some(rows);
-        next
     }
 
     fn next_sorted_batch(&mut self) -> Result<Option<RecordBatch>> {
@@ -922,10 +909,10 @@ impl BatchReader {
         // The runs after this one start once it has its first batch: they must not slow
         // down the first rows of the read.
         while self.next_runs.len() < RUNS_AHEAD {
-            let Some(run) = self.runs.pop_front().filter(|run| run.0 <= run.1) else {
+            let Some(run) = self.runs.pop_front().filter(|run| !run.is_empty()) else {
                 break;
             };
-            let query = self.new_query(Some(run), false)?;
+            let query = self.new_query(Some(&run), false)?;
             self.next_runs.push_back(NextRun::start(query)?);
         }
         let Some(batch) = next else {
@@ -966,7 +953,9 @@ impl BatchReader {
             self.first_batch = Some(first);
         } else {
             match self.runs.pop_front() {
-                Some(run) if run.0 <= run.1 => self.query = Some(self.new_query(Some(run), true)?),
+                Some(run) if !run.is_empty() => {
+                    self.query = Some(self.new_query(Some(&run), true)?)
+                }
                 _ => return Ok(false),
             }
         }
@@ -1027,6 +1016,8 @@ struct BandSorter {
     origin: i128,
     /// The leading index columns to sort on: all but the last.
     key_columns: usize,
+    /// Whether no two cells share their coordinates (the array allows no duplicates).
+    distinct: bool,
     band: Option<i128>,
     pending: Vec<RecordBatch>,
 }
@@ -1046,6 +1037,9 @@ impl BandSorter {
         let mut start = 0;
         while start < first.len() {
             let band = self.band_of(first[start]);
+            if self.band.is_some_and(|current| band < current) {
+                return Err(out_of_order());
+            }
             if self.band != Some(band) {
                 self.finish_band(ready)?;
                 self.band = Some(band);
@@ -1097,14 +1091,43 @@ impl BandSorter {
             });
             order
         };
-        if order.windows(2).all(|w| w[0] < w[1]) {
-            ready.push_back(rows);
+        let sorted = if order.windows(2).all(|w| w[0] < w[1]) {
+            rows
         } else {
-            let sorted = arrow_select::take::take_record_batch(&rows, &UInt32Array::from(order))?;
-            ready.push_back(sorted);
-        }
+            arrow_select::take::take_record_batch(&rows, &UInt32Array::from(order))?
+        };
+        self.check_increasing(&sorted)?;
+        ready.push_back(sorted);
         Ok(())
     }
+
+    /// Checks that the cells of a sorted band increase in all their coordinates, strictly
+    /// when they are `distinct`: that libtiledb returned the band in global order, each
+    /// cell once.
+    fn check_increasing(&self, band: &RecordBatch) -> Result<()> {
+        let keys = (0..=self.key_columns)
+            .map(|i| int64_values(band.column(i)))
+            .collect::<Result<Vec<_>>>()?;
+        let in_order = |a: std::cmp::Ordering| a.is_lt() || (a.is_eq() && !self.distinct);
+        let increasing = match keys.as_slice() {
+            [rows, cols] => (1..rows.len())
+                .all(|i| in_order((rows[i - 1], cols[i - 1]).cmp(&(rows[i], cols[i])))),
+            _ => (1..band.num_rows()).all(|i| {
+                let coordinates = |at: usize| keys.iter().map(move |k| k[at]);
+                in_order(coordinates(i - 1).cmp(coordinates(i)))
+            }),
+        };
+        if increasing {
+            Ok(())
+        } else {
+            Err(out_of_order())
+        }
+    }
+}
+
+/// The error of a band-sorted read whose cells did not come in global order, or came twice.
+fn out_of_order() -> Error {
+    Error::invalid("libtiledb returned the cells of a band-sorted read out of global order")
 }
 
 /// The stable order that sorts `places` (each below `buckets`), by counting.
@@ -1426,29 +1449,49 @@ mod tests {
             ))
         };
         let batch = RecordBatch::try_new(schema, vec![column(|c| c.0), column(|c| c.1)]).unwrap();
-        let mut sorter = BandSorter {
+        let sorter = || BandSorter {
             extent: 3,
             origin,
             key_columns: 1,
+            distinct: true,
             band: None,
             pending: Vec::new(),
         };
-        let mut ready = VecDeque::new();
-        // Batches end anywhere: feed it in pieces of 4 rows.
-        for start in (0..batch.num_rows()).step_by(4) {
-            let len = 4.min(batch.num_rows() - start);
-            sorter.push(&batch.slice(start, len), &mut ready).unwrap();
-        }
-        sorter.finish_band(&mut ready).unwrap();
-        let mut out = Vec::new();
-        for b in &ready {
-            let a = int64_values(b.column(0)).unwrap();
-            let c = int64_values(b.column(1)).unwrap();
-            out.extend(a.iter().copied().zip(c.iter().copied()));
-        }
+        let sort = |batch: &RecordBatch| -> Result<Vec<(i64, i64)>> {
+            let (mut sorter, mut ready) = (sorter(), VecDeque::new());
+            // Batches end anywhere: feed it in pieces of 4 rows.
+            for start in (0..batch.num_rows()).step_by(4) {
+                let len = 4.min(batch.num_rows() - start);
+                sorter.push(&batch.slice(start, len), &mut ready)?;
+            }
+            sorter.finish_band(&mut ready)?;
+            let mut out = Vec::new();
+            for b in &ready {
+                let a = int64_values(b.column(0))?;
+                let c = int64_values(b.column(1))?;
+                out.extend(a.iter().copied().zip(c.iter().copied()));
+            }
+            Ok(out)
+        };
         let mut sorted = cells.clone();
         sorted.sort();
-        assert_eq!(out, sorted);
+        assert_eq!(sort(&batch).unwrap(), sorted);
+        // Not global order: a band after a later one, or a row's cells out of order, or a
+        // cell twice, is an error, never a wrong order.
+        let later_band_first = arrow_select::concat::concat_batches(
+            &batch.schema(),
+            &[batch.slice(12, 18), batch.slice(0, 12)],
+        )
+        .unwrap();
+        assert!(sort(&later_band_first).is_err());
+        let at = |cell: (i64, i64)| cells.iter().position(|&c| c == cell).unwrap();
+        let mut swapped: Vec<u32> = (0..batch.num_rows() as u32).collect();
+        swapped.swap(at((0, 0)), at((0, 1)));
+        let swapped = arrow_select::take::take_record_batch(&batch, &UInt32Array::from(swapped));
+        assert!(sort(&swapped.unwrap()).is_err());
+        let twice: Vec<u32> = [0].into_iter().chain(0..batch.num_rows() as u32).collect();
+        let twice = arrow_select::take::take_record_batch(&batch, &UInt32Array::from(twice));
+        assert!(sort(&twice.unwrap()).is_err());
     }
 
     #[test]
@@ -1632,19 +1675,22 @@ mod tests {
         // range opens with one row, then the rest of its band; later ranges have no head.
         let b = band_runs_of(&matrix, &ranges, 100, 0, 3_000_000);
         assert_eq!(b.cells_per_band, 1_000_000);
-        assert_eq!(Vec::from(b.runs), [(0, 0), (1, 99), (100, 249), (950, 999)]);
+        // Its fragments tell no cells: after the first row, one run of three ranges.
+        let runs = [vec![(0, 0)], vec![(1, 99), (100, 249), (950, 999)]];
+        assert_eq!(Vec::from(b.runs), runs);
         assert_eq!((b.sorter.extent, b.sorter.key_columns), (100, 1));
         // No range: everything stored.
         assert_eq!(stored_rows(&matrix, &[]), [(0, 999)]);
         // Nothing stored in the ranges: one empty run.
         let outside = [vec![range(1000, 2000)], vec![]];
         let b = band_runs_of(&matrix, &outside, 100, 0, 0);
-        assert_eq!(Vec::from(b.runs), [(1, 0)]);
+        assert_eq!(Vec::from(b.runs), [Run::new()]);
     }
 
     #[test]
-    fn scattered_rows_are_read_as_their_span_and_kept_here() {
-        // 1,000,000 cells over rows 0..=999: a span of all of them costs 10 queries.
+    fn scattered_rows_are_gathered_into_runs_of_several_ranges() {
+        // 1,000,000 cells over rows 0..=999, bands of 10 rows (10,000 cells each); two rows
+        // in every 90 selected.
         let mut matrix = sparse(vec![int_index("d0"), int_index("d1"), value_column("v")]);
         matrix = ArrayObject::described(
             "mem://array",
@@ -1658,43 +1704,43 @@ mod tests {
                 first_dimension: Some(range(0, 999)),
             }],
         );
-        let rows = |n: i64, step: i64| {
-            (0..n)
-                .map(|i| range(i * step, i * step + 1))
-                .collect::<Vec<_>>()
+        assert_eq!(stored_cells_per_band(&matrix, 10), Some(10_000));
+        let rows: Vec<_> = (0..11).map(|i| range(i * 90, i * 90 + 1)).collect();
+        let b = band_runs_of(&matrix, &[rows, vec![]], 10, 0, 22_000);
+        assert_eq!(b.cells_per_band, 10_000);
+        // The first rows alone, then all the others in one run: 20,000 cells selected in
+        // bands of 100,000 stored.
+        let rest: Run = (1..11).map(|i| (i * 90, i * 90 + 1)).collect();
+        assert_eq!(Vec::from(b.runs), [vec![(0, 1)], rest]);
+
+        // A run gathers pieces in bands that store up to CELLS_PER_QUERY cells.
+        let per_band = CELLS_PER_QUERY / 4;
+        let pieces =
+            |rows: &[i128]| -> Run { rows.iter().map(|&r| (r * 10, r * 10 + 9)).collect() };
+        let runs =
+            |rows: &[i128], stored| Vec::from(gather_runs(pieces(rows).into(), (10, 0), 1, stored));
+        // Four bands to a run (the first piece is always alone).
+        let expected = [vec![(0, 9)], pieces(&[1, 2, 3, 4]), pieces(&[5, 6])];
+        assert_eq!(runs(&[0, 1, 2, 3, 4, 5, 6], Some(per_band)), expected);
+        // Bands apart count as the bands between them.
+        let expected = [vec![(0, 9)], pieces(&[1, 3]), pieces(&[5])];
+        assert_eq!(runs(&[0, 1, 3, 5], Some(per_band)), expected);
+        // Stored cells unknown: the selected cells count instead.
+        let selected = gather_runs(pieces(&[0, 1, 2, 3]).into(), (10, 0), per_band * 2, None);
+        let expected = [vec![(0, 9)], pieces(&[1, 2]), pieces(&[3])];
+        assert_eq!(Vec::from(selected), expected);
+        // Bands count from the origin: rows 5..=14 are one band from 5, two from 0.
+        let stored = Some(CELLS_PER_QUERY * 2 / 3);
+        let from = |origin| {
+            Vec::from(gather_runs(
+                [(0, 0), (5, 9), (10, 14)].into(),
+                (10, origin),
+                1,
+                stored,
+            ))
         };
-        // Few ranges for their span (5 queries, 802,000 cells): a query each.
-        let mut few = [rows(5, 200), vec![range(3, 3)]];
-        assert_eq!(span_scattered_rows(&matrix, &mut few), None);
-        assert_eq!(few[0].len(), 5);
-        // Many (11 queries, 902,000 cells): their span, and the rows kept.
-        let mut many = [rows(11, 90), vec![range(3, 3)]];
-        let kept = span_scattered_rows(&matrix, &mut many).unwrap();
-        assert_eq!(many[0], [range(0, 901)]);
-        assert_eq!(
-            many[1],
-            [range(3, 3)],
-            "other dimensions are left as they are"
-        );
-        assert_eq!(kept.len(), 11);
-        assert_eq!((kept[0], kept[10]), ((0, 1), (900, 901)));
-        // Not sorted runs: left as they are.
-        let backwards: Vec<_> = (0..11).rev().map(|i| range(i * 90, i * 90 + 1)).collect();
-        let mut unsorted = [backwards, vec![]];
-        assert_eq!(span_scattered_rows(&matrix, &mut unsorted), None);
-        // The rows of a batch in the runs are kept, in order.
-        let ids = arrow_array::Int64Array::from(vec![0, 1, 2, 89, 90, 91, 92, 900, 901, 902]);
-        let values = arrow_array::Float32Array::from((0..10).map(|v| v as f32).collect::<Vec<_>>());
-        let batch = RecordBatch::try_from_iter([
-            ("d0", Arc::new(ids) as ArrayRef),
-            ("v", Arc::new(values) as ArrayRef),
-        ])
-        .unwrap();
-        let got = keep_rows(&batch, &kept).unwrap();
-        assert_eq!(
-            int64_values(got.column(0)).unwrap(),
-            [0, 1, 90, 91, 900, 901]
-        );
+        assert_eq!(from(5), [vec![(0, 0)], vec![(5, 9), (10, 14)]]);
+        assert_eq!(from(0), [vec![(0, 0)], vec![(5, 9)], vec![(10, 14)]]);
     }
 
     #[test]

@@ -1042,3 +1042,61 @@ def test_exp_where_10x_read_by_seurat(fixtures_dir, mounts):
     assert abs(float(total) - values.sum()) <= 1e-6 * np.abs(values).sum(), f"{what}: sum {total}"
     names = sel.obs.table.column("obs_id").to_pylist()
     assert lines[2:] == names, f"{what}: cell names {lines[2:5]}, tiledbsoma {names[:3]}"
+
+
+@pytest.mark.timeout(300)
+def test_exp_where_scattered_cells_of_an_overwritten_x(tmp_path):
+    """A query's scattered cells of an X written in three fragments, the later ones
+    overwriting cells of the earlier and adding others, over many bands: X/data/ holds the
+    latest value of every cell of the selected rows, each once, sorted; as the whole X read
+    in one range (then filtered to the selected rows) and the query's own X agree."""
+    uri = tmp_path / "overwritten"
+    n_obs, n_var = 3000, 40
+    rng = np.random.default_rng(7)
+    obs_schema = pa.schema([("soma_joinid", pa.int64()), ("group", pa.int64())])
+    var_schema = pa.schema([("soma_joinid", pa.int64()), ("var_id", pa.large_string())])
+    # Bands of 16 rows: the selected rows fall in many bands, several in a band.
+    small_tiles = tiledbsoma.TileDBCreateOptions(
+        dims={"soma_dim_0": {"tile": 16}, "soma_dim_1": {"tile": 8}}, capacity=256
+    )
+    with tiledbsoma.Experiment.create(str(uri)) as exp:
+        obs = exp.add_new_dataframe("obs", schema=obs_schema, domain=[(0, n_obs - 1)])
+        groups = (np.arange(n_obs) * 7919) % 23  # scattered: row i is in group (7919 i) mod 23
+        obs.write(pa.table({"soma_joinid": np.arange(n_obs), "group": groups}, schema=obs_schema))
+        rna = exp.add_new_collection("ms").add_new_collection("RNA", tiledbsoma.Measurement)
+        var = rna.add_new_dataframe("var", schema=var_schema, domain=[(0, n_var - 1)])
+        var.write(pa.table({"soma_joinid": np.arange(n_var), "var_id": [f"g{i}" for i in range(n_var)]}, schema=var_schema))
+        rna.add_new_collection("X").add_new_sparse_ndarray(
+            "data", type=pa.float32(), shape=(n_obs, n_var), platform_config=small_tiles
+        ).close()
+    for fragment in range(3):
+        cells = rng.random((n_obs, n_var)) < 0.3
+        rows, cols = np.nonzero(cells)
+        # Each fragment at a later timestamp: the latest value of a cell is well defined.
+        stamp = int(time.time() * 1000) + 10 * fragment
+        with tiledbsoma.open(str(uri / "ms" / "RNA" / "X" / "data"), "w", tiledb_timestamp=stamp) as x:
+            x.write(pa.table({
+                "soma_dim_0": rows.astype(np.int64),
+                "soma_dim_1": cols.astype(np.int64),
+                "soma_data": (rng.random(len(rows)) + fragment).astype(np.float32),
+            }))
+    value_filter = "group in [3, 11]"
+    with tiledbsoma.Experiment.open(str(uri)) as exp:
+        x = exp.ms["RNA"].X["data"]
+        whole = x.read(result_order="row-major").tables().concat()
+        obs_j = exp.obs.read(value_filter=value_filter).concat().column("soma_joinid").to_numpy()
+        with exp.axis_query("RNA", obs_query=axis(value_filter)) as q:
+            queried = sorted_by(q.X("data").tables().concat(), ["soma_dim_0", "soma_dim_1"])
+        schema = x.schema
+    assert 150 < len(obs_j) < 400, "fixture bug: the filter should pick scattered rows"
+    kept = whole.filter(pa.array(np.isin(whole.column("soma_dim_0").to_numpy(), obs_j)))
+    kept = sorted_by(kept, ["soma_dim_0", "soma_dim_1"])
+    assert values_equal(table_values(kept, schema), table_values(queried, schema)), (
+        "reference disagreement: the whole X filtered and the query's X"
+    )
+    ref = make_ref("ms/RNA/X/data", "SOMASparseNDArray", kept, schema)
+    with mount_guard(uri) as mp:
+        d = Path(mp) / "where" / encode_filter(value_filter) / "ms" / "RNA" / "X" / "data"
+        probs = Problems(str(d))
+        check_array_dir(d, ref, probs)
+        fail_if(probs.done(), f"where/{value_filter} of an overwritten X")
