@@ -28,15 +28,11 @@
 //! block, when listed. A chunk of `indptr` (8,192 rows) counts only the blocks its rows
 //! fall in, and a chunk of `data` or `indices` reads only the rows that hold its entries.
 
-use std::collections::VecDeque;
 use std::io;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
-use arrow_array::{Array as _, ArrayRef, BooleanArray, Int64Array, RecordBatch};
+use arrow_array::{Array as _, ArrayRef, Int64Array};
 use arrow_schema::DataType;
 use log::warn;
 use serde_json::{json, Map, Value as Json};
@@ -44,14 +40,13 @@ use serde_json::{json, Map, Value as Json};
 use crate::format::anndata::{is_text, ColumnEncoding, ColumnSpec, Encoding};
 use crate::format::h5ad::FrameIndex;
 use crate::format::zarr::{self, ArrayMeta, Dtype};
-use crate::soma::anndata::csr::{self, EntryBlock, EntryBlocks};
 use crate::soma::anndata::{
-    self, Along, AnnDataElements, Axis, FrameRows, Layout, MatrixColumns, MatrixElement,
-    UnsCollection, UnsMember,
+    self, Along, AnnDataElements, AxisRows, ColumnPart, Columns, CsrPart, CsrSource, FrameRows,
+    FrameRowsAt, FrameSource, Layout, MatrixColumns, MatrixElement, MatrixSource, RowCountsKept,
+    UnsCollection, UnsElement, UnsMember, UnsTogether, UnsValues,
 };
-use crate::soma::joinids::Positions;
 use crate::soma::ArrayObject;
-use crate::sync::{at_once, map_at_once, Recover, SingleFlight};
+use crate::sync::{at_once, map_at_once};
 
 use super::super::cache::{CacheKey, ContentCache};
 use super::super::data::{generate_whole, open_generated};
@@ -59,8 +54,8 @@ use super::super::error::FsResult;
 use super::super::names::file_name;
 use super::super::open_file::OpenFile;
 use super::anndata::{
-    frame_columns, frame_index, matrix_type, measurement_key, scan_frame, uns_array_layout,
-    uns_element, uns_value, UnsElement,
+    frame_columns, frame_index, matrix_type, measurement_key, scan_frame, uns_frame_index,
+    uns_value,
 };
 use super::{FileContext, FileKind};
 
@@ -75,7 +70,7 @@ pub struct ZarrStore {
 struct Origin {
     elements: AnnDataElements,
     /// Where the entries per row of its CSR matrices are kept, with the chunks.
-    cache: Arc<ContentCache>,
+    counts: Arc<CountsInCache>,
     /// Its uns arrays laid out from their schemas, read together.
     uns: UnsTogether,
 }
@@ -134,7 +129,7 @@ impl ZarrStore {
         Arc::new(ZarrStore {
             origin: Arc::new(Origin {
                 elements,
-                cache,
+                counts: Arc::new(CountsInCache(cache)),
                 uns: UnsTogether::default(),
             }),
             root: OnceLock::new(),
@@ -234,113 +229,7 @@ impl FileKind for ZarrChunk {
 }
 
 // ---------------------------------------------------------------------------------------
-// where chunks come from
-
-/// The rows of obs or var: their join ids in order, each at its place.
-#[derive(Debug)]
-struct AxisRows {
-    positions: Positions,
-    /// What identifies them: the data frame's snapshot.
-    id: String,
-}
-
-impl AxisRows {
-    /// The rows a first pass over a data frame found (their join ids are taken).
-    fn new(frame: &ArrayObject, rows: &mut FrameRows) -> Arc<AxisRows> {
-        Arc::new(AxisRows {
-            positions: std::mem::take(&mut rows.joinids),
-            id: frame.content_id.clone(),
-        })
-    }
-}
-
-/// The columns of a matrix: obs's or var's rows, or plain indices (obsm and varm).
-#[derive(Debug, Clone)]
-enum Columns {
-    Rows(Arc<AxisRows>),
-    Indices(usize),
-}
-
-/// A matrix read from a two-dimensional array: its rows are obs's or var's.
-#[derive(Debug)]
-struct MatrixSource {
-    array: Arc<ArrayObject>,
-    rows: Arc<AxisRows>,
-    cols: Columns,
-    value_type: DataType,
-}
-
-impl MatrixSource {
-    fn axes(&self) -> (Axis<'_>, Axis<'_>) {
-        let cols = match &self.cols {
-            Columns::Rows(rows) => Axis::Joinids(&rows.positions),
-            Columns::Indices(n) => Axis::Indices(*n),
-        };
-        (Axis::Joinids(&self.rows.positions), cols)
-    }
-
-    fn axes_id(&self) -> String {
-        match &self.cols {
-            Columns::Rows(cols) => format!("{}\n{}", self.rows.id, cols.id),
-            Columns::Indices(n) => format!("{}\n{n}", self.rows.id),
-        }
-    }
-
-    /// Visits the cells of the rows `rows` (positions), in order, a batch at a time: the
-    /// places (row, column) of the cells on the axes, which of the batch's cells are (the
-    /// others are left out), and the batch's values.
-    fn cells(
-        &self,
-        rows: Range<usize>,
-        mut visit: impl FnMut(&[(usize, usize)], &[bool], &ArrayRef) -> io::Result<()>,
-    ) -> io::Result<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let (row_axis, col_axis) = self.axes();
-        let runs = self.rows.positions.runs_at(rows);
-        anndata::read_cells(&self.array, Some(&runs), |row_ids, col_ids, values| {
-            let mut places = Vec::with_capacity(row_ids.len());
-            let mut keep = Vec::with_capacity(row_ids.len());
-            for (&r, &c) in row_ids.iter().zip(col_ids) {
-                let place = row_axis.at(r).zip(col_axis.at(c));
-                keep.push(place.is_some());
-                places.extend(place);
-            }
-            visit(&places, &keep, values)
-        })?;
-        Ok(())
-    }
-
-    /// Values kept (`keep`) and cast to the matrix's value type.
-    fn values(&self, values: &ArrayRef, keep: &[bool]) -> io::Result<ArrayRef> {
-        let mut values = if keep.iter().all(|&k| k) {
-            values.clone()
-        } else {
-            arrow_select::filter::filter(values, &BooleanArray::from(keep.to_vec()))
-                .map_err(io::Error::other)?
-        };
-        if values.data_type() != &self.value_type {
-            values = arrow_cast::cast(&values, &self.value_type).map_err(io::Error::other)?;
-        }
-        Ok(values)
-    }
-}
-
-/// A CSR matrix: its source, its rows in blocks of known entries, and its entries read last.
-#[derive(Debug)]
-struct CsrSource {
-    matrix: MatrixSource,
-    /// Its rows in blocks, in order.
-    blocks: EntryBlocks,
-    /// Where the entries per row are kept.
-    origin: Arc<Origin>,
-    /// The entries read last, the latest first ([`HELD_READS`] at most).
-    last: Mutex<VecDeque<Arc<HeldEntries>>>,
-    /// Reads under way, by range: a reader of the same entries (`indices` after `data`)
-    /// waits for the one reading them and takes its read.
-    reading: SingleFlight<Range<u64>, Result<Arc<HeldEntries>, String>>,
-}
+// chunks: the element read each needs
 
 /// Rows of a CSR matrix's `indptr` in a chunk (64 KiB): a chunk needs the entries per row
 /// of the blocks its rows fall in counted, so that a slice of a few rows counts those of a
@@ -348,307 +237,42 @@ struct CsrSource {
 /// (131,072 rows) would.
 const INDPTR_CHUNK_ROWS: u64 = 1 << 13;
 
-/// How many reads of entries a CSR matrix keeps: a reader that reads chunks of `data` and
-/// `indices` on several threads asks for a few ranges in turn, each twice.
-const HELD_READS: usize = 4;
+/// Where the entries per row of a store's CSR matrices are kept: in the content cache,
+/// with the chunks, as little-endian u64s.
+struct CountsInCache(Arc<ContentCache>);
 
-#[derive(Debug, Clone, Copy)]
-enum CsrPart {
-    Data,
-    Indices,
-    Indptr,
-}
-
-impl CsrSource {
-    /// A CSR matrix of `matrix`: in the blocks of rows its fragments tell the entries of,
-    /// else in one block of every row, counted now.
-    fn new(matrix: MatrixSource, origin: Arc<Origin>) -> io::Result<CsrSource> {
-        let (rows, _) = matrix.axes();
-        let place = |joinid: i64| rows.at(joinid);
-        let told = anndata::row_blocks(&matrix.array, matrix.axes())?.and_then(|blocks| {
-            let mut before = 0;
-            blocks
-                .into_iter()
-                .map(|block| {
-                    let (lo, hi) = block.joinids;
-                    let places = place(lo)?..place(hi)? + 1;
-                    let told = EntryBlock {
-                        joinids: Some(block.joinids),
-                        places,
-                        before,
-                        entries: block.entries,
-                        offsets: Mutex::new(None),
-                    };
-                    before += block.entries;
-                    Some(told)
-                })
-                .collect::<Option<Vec<EntryBlock>>>()
-        });
-        let blocks = match told {
-            Some(blocks) => blocks,
-            None => {
-                let mut every_row = EntryBlock {
-                    joinids: None,
-                    places: 0..rows.len(),
-                    before: 0,
-                    entries: 0,
-                    offsets: Mutex::new(None),
-                };
-                let offsets = csr::offsets(0, block_counts(&origin.cache, &matrix, &every_row)?);
-                every_row.entries = offsets.last().copied().unwrap_or(0);
-                every_row.offsets = Mutex::new(Some(offsets.into()));
-                vec![every_row]
-            }
-        };
-        Ok(CsrSource {
-            matrix,
-            blocks: EntryBlocks(blocks),
-            origin,
-            last: Mutex::new(VecDeque::new()),
-            reading: SingleFlight::default(),
-        })
-    }
-
-    /// The length of `data` and `indices`.
-    fn entries(&self) -> u64 {
-        self.blocks.entries()
-    }
-
-    /// Where each row of block `b` starts, then where its last ends: counted once, and the
-    /// count kept in the cache ([`block_counts`]).
-    fn offsets(&self, b: usize) -> io::Result<Arc<[u64]>> {
-        let block = &self.blocks.0[b];
-        let mut offsets = block.offsets.lock().recover();
-        if let Some(known) = &*offsets {
-            return Ok(known.clone());
-        }
-        let counts = block_counts(&self.origin.cache, &self.matrix, block)?;
-        let counted = csr::offsets(block.before, counts);
-        let end = block.before + block.entries;
-        if counted.last() != Some(&end) {
-            return Err(io::Error::other(format!(
-                "{}: {} entries counted in {:?}, {} in its fragments",
-                self.matrix.array.uri,
-                counted.last().unwrap_or(&0) - block.before,
-                block.joinids,
-                block.entries
-            )));
-        }
-        Ok(offsets.insert(counted.into()).clone())
-    }
-
-    /// `indptr` at the places `places`: counts only the blocks they fall in.
-    fn indptr(&self, places: Range<usize>) -> io::Result<Vec<u64>> {
-        // Blocks are counted on this thread, one after the other: a count is kept in the
-        // cache as a generation nested in this chunk's, which holds its generation slot;
-        // on other threads each would wait for a slot of its own, which the chunks
-        // waiting for them may all hold.
-        self.blocks.indptr(places, |b| self.offsets(b))
-    }
-
-    /// The place of the row that holds entry `entry` (below [`Self::entries`]).
-    fn place_of(&self, entry: u64) -> io::Result<usize> {
-        self.blocks
-            .place_of(entry, |b| self.offsets(b))?
-            .ok_or_else(|| io::Error::other(format!("{}: no entry {entry}", self.matrix.array.uri)))
-    }
-
-    /// The values or column positions of the entries `entries`. Both are read at once and
-    /// kept: a reader that wants one wants the other next.
-    fn entries_of(&self, entries: Range<u64>, part: CsrPart) -> io::Result<ArrayRef> {
-        let held = || -> Option<Arc<HeldEntries>> {
-            let last = self.last.lock().recover();
-            last.iter().find(|held| held.entries == entries).cloned()
-        };
-        let read = match held() {
-            Some(read) => read,
-            None => self
-                .reading
-                .run(entries.clone(), || {
-                    // A read that ended just before this one's flight began is as good.
-                    if let Some(read) = held() {
-                        return Ok(read);
-                    }
-                    let read = Arc::new(
-                        self.read_entries(entries.clone())
-                            .map_err(|e| e.to_string())?,
-                    );
-                    let mut last = self.last.lock().recover();
-                    last.truncate(HELD_READS - 1);
-                    last.push_front(read.clone());
-                    Ok(read)
-                })
-                .map_err(io::Error::other)?,
-        };
-        Ok(match part {
-            CsrPart::Data => read.values.clone(),
-            _ => read.columns.clone(),
-        })
-    }
-
-    fn read_entries(&self, entries: Range<u64>) -> io::Result<HeldEntries> {
-        let rows = if entries.is_empty() {
-            0..0
-        } else {
-            self.place_of(entries.start)?..self.place_of(entries.end - 1)? + 1
-        };
-        let mut at = match rows.is_empty() {
-            true => entries.start,
-            false => self.indptr(rows.start..rows.start + 1)?[0],
-        };
-        let mut pieces: Vec<ArrayRef> = Vec::new();
-        let mut columns: Vec<i64> = Vec::new();
-        self.matrix.cells(rows, |places, keep, values| {
-            // The kept entries of this batch that fall in `entries`.
-            let first = entries.start.saturating_sub(at).min(places.len() as u64) as usize;
-            let last = entries.end.saturating_sub(at).min(places.len() as u64) as usize;
-            at += places.len() as u64;
-            if first >= last {
-                return Ok(());
-            }
-            let values = self.matrix.values(values, keep)?;
-            pieces.push(values.slice(first, last - first));
-            columns.extend(places[first..last].iter().map(|&(_, c)| c as i64));
-            Ok(())
-        })?;
-        let pieces: Vec<&dyn arrow_array::Array> = pieces.iter().map(|p| p.as_ref()).collect();
-        let values = if pieces.is_empty() {
-            arrow_array::new_empty_array(&self.matrix.value_type)
-        } else {
-            arrow_select::concat::concat(&pieces).map_err(io::Error::other)?
-        };
-        if values.len() as u64 != entries.end - entries.start {
-            return Err(io::Error::other(format!(
-                "{}: {} entries read of the {} counted",
-                self.matrix.array.uri,
-                values.len(),
-                entries.end - entries.start
-            )));
-        }
-        Ok(HeldEntries {
-            entries,
-            values,
-            columns: Arc::new(Int64Array::from(columns)),
-        })
+impl std::fmt::Debug for CountsInCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("entries per row in the content cache")
     }
 }
 
-/// The entries per row of `block` of a matrix: from the cache, where they are kept per
-/// array snapshot (and obs's and var's) across daemons that share it; else counted, and
-/// kept there.
-fn block_counts(
-    cache: &ContentCache,
-    source: &MatrixSource,
-    block: &EntryBlock,
-) -> io::Result<Vec<u64>> {
-    let axes_id = source.axes_id();
-    let which = match block.joinids {
-        Some((lo, hi)) => format!("rows {lo}-{hi}"),
-        None => "every row".to_owned(),
-    };
-    let key = CacheKey::of(|digest| {
-        digest
-            .text("entries per row")
-            .text(&source.array.content_id)
-            .text(&axes_id)
-            .text(&which);
-    });
-    if let Some((file, size)) = cache.open_entry(&key) {
+impl RowCountsKept for CountsInCache {
+    fn kept(&self, name: &[&str]) -> io::Result<Option<Vec<u64>>> {
+        let key = CacheKey::new(name.iter().copied());
+        let Some((file, size)) = self.0.open_entry(&key) else {
+            return Ok(None);
+        };
         let mut bytes = Vec::with_capacity(size as usize);
         io::Read::read_to_end(&mut &file, &mut bytes)?;
-        let counts: Vec<u64> = bytes
+        let counts = bytes
             .chunks_exact(8)
             .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
             .collect();
-        if counts.len() == block.places.len() {
-            return Ok(counts);
+        Ok(Some(counts))
+    }
+
+    fn keep(&self, name: &[&str], what: &str, counts: &[u64]) {
+        let key = CacheKey::new(name.iter().copied());
+        let kept = generate_whole(&self.0, &key, what, |out| {
+            counts
+                .iter()
+                .try_for_each(|count| out.write_all(&count.to_le_bytes()))
+        });
+        if let Err(e) = kept {
+            warn!("{what} cannot be kept in the cache: {e:?}");
         }
     }
-    let counts = anndata::row_counts(
-        &source.array,
-        source.axes(),
-        block.joinids,
-        block.places.clone(),
-    )?;
-    let what = format!("{}: entries per row of {which}", source.array.uri);
-    let kept = generate_whole(cache, &key, &what, |out| {
-        counts
-            .iter()
-            .try_for_each(|count| out.write_all(&count.to_le_bytes()))
-    });
-    if let Err(e) = kept {
-        warn!("{what} cannot be kept in the cache: {e:?}");
-    }
-    Ok(counts)
-}
-
-/// The entries of a CSR matrix read once: their range, values and column positions.
-#[derive(Debug)]
-struct HeldEntries {
-    entries: Range<u64>,
-    values: ArrayRef,
-    columns: ArrayRef,
-}
-
-/// A data frame's rows.
-#[derive(Debug)]
-struct FrameSource {
-    frame: Arc<ArrayObject>,
-    rows: FrameRowsAt,
-}
-
-/// Where a data frame's rows are.
-#[derive(Debug)]
-enum FrameRowsAt {
-    /// In the array, read a column at a time when asked: obs's or var's rows.
-    Array(Arc<AxisRows>),
-    /// Read whole already (uns): the batches, and how many rows they hold.
-    Read(Vec<RecordBatch>, usize),
-}
-
-impl FrameSource {
-    fn len(&self) -> usize {
-        match &self.rows {
-            FrameRowsAt::Array(rows) => rows.positions.len(),
-            FrameRowsAt::Read(_, count) => *count,
-        }
-    }
-
-    fn column(&self, name: &str, rows: Range<usize>) -> io::Result<ArrayRef> {
-        let batches = match &self.rows {
-            FrameRowsAt::Array(axis) => {
-                let column = anndata::read_frame_column(&self.frame, name, &axis.positions, rows);
-                return Ok(column?);
-            }
-            FrameRowsAt::Read(batches, _) => batches,
-        };
-        let pieces = batches
-            .iter()
-            .map(|b| {
-                b.column_by_name(name)
-                    .map(|c| c.as_ref())
-                    .ok_or_else(|| io::Error::other(format!("no column {name} in the rows read")))
-            })
-            .collect::<io::Result<Vec<_>>>()?;
-        let all = match pieces.as_slice() {
-            [] => return Ok(arrow_array::new_empty_array(&DataType::LargeUtf8)),
-            _ => arrow_select::concat::concat(&pieces).map_err(io::Error::other)?,
-        };
-        Ok(all.slice(rows.start, rows.len()))
-    }
-}
-
-/// What of a data frame column an array holds.
-#[derive(Debug, Clone)]
-enum ColumnPart {
-    /// The values, as numbers of this type, booleans or text.
-    Values(DataType),
-    /// Whether each is null.
-    Mask,
-    /// The dictionary keys as codes of this type, -1 for null.
-    Codes(DataType),
-    /// Row numbers from 0 (the index of a data frame without one).
-    RowNumbers,
 }
 
 /// Where an array's chunks come from.
@@ -666,64 +290,6 @@ enum Content {
     Csr(Arc<CsrSource>, CsrPart),
     /// A dense matrix, cells not stored being 0.
     Dense(Arc<MatrixSource>),
-}
-
-/// An uns array laid out from its schema and cell count ([`uns_array_layout`]), its values
-/// read whole when a chunk first needs them and then held.
-#[derive(Debug)]
-struct UnsValues {
-    array: Arc<ArrayObject>,
-    /// The shape it was laid out with: the values read must fill it.
-    shape: Vec<usize>,
-    /// Held while they are read: a second reader waits for them.
-    read: Mutex<Option<ArrayRef>>,
-}
-
-impl UnsValues {
-    fn values(&self) -> io::Result<ArrayRef> {
-        let mut read = self.read.lock().recover();
-        if let Some(values) = &*read {
-            return Ok(values.clone());
-        }
-        let values = match uns_element(&self.array)? {
-            UnsElement::Array { shape, values } if shape == self.shape => values,
-            _ => {
-                return Err(io::Error::other(format!(
-                    "{}: read, it is not the array of shape {:?} its schema and cell count \
-                     told",
-                    self.array.uri, self.shape
-                )))
-            }
-        };
-        *read = Some(values.clone());
-        Ok(values)
-    }
-}
-
-/// A store's uns arrays that are read when a chunk needs them ([`UnsValues`]), all read at
-/// once, [`anndata::AT_ONCE`] at a time, when a chunk first needs one: anndata reads uns
-/// whole when it opens a store, a chunk after another, and one read after another would
-/// cost a round trip or two each over a network.
-#[derive(Debug, Default)]
-struct UnsTogether {
-    arrays: Mutex<Vec<Weak<UnsValues>>>,
-    started: AtomicBool,
-}
-
-impl UnsTogether {
-    /// Reads every array once, the first time it is called (a failed read is read again,
-    /// and reported, by the chunk that needs it).
-    fn read_all(&self) {
-        if self.started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let arrays: Vec<Arc<UnsValues>> = (self.arrays.lock().recover().iter())
-            .filter_map(Weak::upgrade)
-            .collect();
-        map_at_once(&arrays, anndata::AT_ONCE, |uns| {
-            let _ = uns.values();
-        });
-    }
 }
 
 impl ZarrArray {
@@ -749,7 +315,7 @@ impl ZarrArray {
                 frame,
                 column,
                 part,
-            } => column_part(frame, column, part, start..end)?,
+            } => frame.column_part(column, part, start..end)?,
             Content::Csr(csr, CsrPart::Indptr) => {
                 let pointers = csr.indptr(start..end)?.into_iter().map(|p| p as i64);
                 Arc::new(Int64Array::from_iter_values(pointers))
@@ -790,43 +356,6 @@ impl ZarrArray {
     }
 }
 
-/// The values of a part of a data frame column for some rows.
-fn column_part(
-    frame: &FrameSource,
-    column: &str,
-    part: &ColumnPart,
-    rows: Range<usize>,
-) -> io::Result<ArrayRef> {
-    if let ColumnPart::RowNumbers = part {
-        return Ok(Arc::new(Int64Array::from_iter_values(
-            rows.start as i64..rows.end as i64,
-        )));
-    }
-    let values = frame.column(column, rows)?;
-    Ok(match part {
-        ColumnPart::Values(t) if values.data_type() != t && !is_text(t) => {
-            arrow_cast::cast(&values, t).map_err(io::Error::other)?
-        }
-        ColumnPart::Values(_) | ColumnPart::RowNumbers => values,
-        ColumnPart::Mask => {
-            let nulls = values.logical_nulls();
-            let mask =
-                (0..values.len()).map(|i| Some(nulls.as_ref().is_some_and(|n| n.is_null(i))));
-            Arc::new(mask.collect::<BooleanArray>())
-        }
-        ColumnPart::Codes(t) => {
-            let keys = values
-                .as_any_dictionary_opt()
-                .ok_or_else(|| io::Error::other(format!("{column}: not a dictionary")))?
-                .keys();
-            let keys = arrow_cast::cast(keys, &DataType::Int64).map_err(io::Error::other)?;
-            let keys = keys.as_primitive::<Int64Type>();
-            let codes: Int64Array = keys.iter().map(|k| Some(k.unwrap_or(-1))).collect();
-            arrow_cast::cast(&codes, t).map_err(io::Error::other)?
-        }
-    })
-}
-
 // ---------------------------------------------------------------------------------------
 // the tree
 
@@ -836,6 +365,11 @@ fn encoding_attrs(encoding: Encoding) -> Map<String, Json> {
     attrs.insert("encoding-type".into(), json!(kind));
     attrs.insert("encoding-version".into(), json!(version));
     attrs
+}
+
+/// A column's values as numbers or booleans of type `t`, or as text (as they are read).
+fn values_as(t: DataType) -> ColumnPart {
+    ColumnPart::Values((!is_text(&t)).then_some(t))
 }
 
 /// Makes the members of groups, each at its path.
@@ -932,7 +466,7 @@ impl Builder<'_> {
             FrameIndex::Column { name, .. } => self.column(
                 &index_path,
                 &frame,
-                (name, ColumnPart::Values(DataType::LargeUtf8)),
+                (name, ColumnPart::Values(None)),
                 Dtype::Text,
                 Some(Encoding::StringArray),
             ),
@@ -960,7 +494,7 @@ impl Builder<'_> {
     ) -> io::Result<ZarrNode> {
         let name = spec.name.as_str();
         let masked = |values: Dtype, values_encoding: Encoding, encoding: Encoding| {
-            let values_part = (name, ColumnPart::Values(spec.data_type.clone()));
+            let values_part = (name, values_as(spec.data_type.clone()));
             let values = self.column(
                 &format!("{path}/values"),
                 frame,
@@ -984,14 +518,14 @@ impl Builder<'_> {
             ColumnEncoding::Numbers(t) => self.column(
                 path,
                 frame,
-                (name, ColumnPart::Values(t.clone())),
+                (name, values_as(t.clone())),
                 Dtype::Number(t),
                 Some(Encoding::Array),
             ),
             ColumnEncoding::Booleans { nullable: false } => self.column(
                 path,
                 frame,
-                (name, ColumnPart::Values(DataType::Boolean)),
+                (name, ColumnPart::Values(Some(DataType::Boolean))),
                 Dtype::Bool,
                 Some(Encoding::Array),
             ),
@@ -1001,7 +535,7 @@ impl Builder<'_> {
             ColumnEncoding::Texts { nullable: false } => self.column(
                 path,
                 frame,
-                (name, ColumnPart::Values(DataType::LargeUtf8)),
+                (name, ColumnPart::Values(None)),
                 Dtype::Text,
                 Some(Encoding::StringArray),
             ),
@@ -1047,7 +581,7 @@ impl Builder<'_> {
             let attrs = encoding_attrs(Encoding::Array);
             return Ok(self.array(path, meta, attrs, Content::Dense(Arc::new(source))));
         }
-        let csr = Arc::new(CsrSource::new(source, self.origin.clone())?);
+        let csr = Arc::new(CsrSource::new(source, self.origin.counts.clone())?);
         let total = csr.entries();
         let index_type = if shape[1] <= i32::MAX as u64 {
             DataType::Int32
@@ -1118,16 +652,11 @@ impl Builder<'_> {
             let at = format!("{path}/{key}");
             let node = match member {
                 UnsMember::Collection(inner) => self.uns(&at, inner)?,
-                UnsMember::Array(array) => match uns_array_layout(array)? {
+                UnsMember::Array(array) => match anndata::uns_array_layout(array)? {
                     // Laid out from its schema, read when a chunk is opened.
                     Some((shape, data_type)) => {
-                        let values = Arc::new(UnsValues {
-                            array: array.clone(),
-                            shape: shape.clone(),
-                            read: Mutex::new(None),
-                        });
-                        let arrays = &self.origin.uns.arrays;
-                        arrays.lock().recover().push(Arc::downgrade(&values));
+                        let values = Arc::new(UnsValues::new(array.clone(), shape.clone()));
+                        self.origin.uns.add(&values);
                         let shape = shape.iter().map(|&n| n as u64).collect();
                         self.values_of(&at, shape, &data_type, Content::Uns(values))
                     }
@@ -1153,7 +682,7 @@ impl Builder<'_> {
 
     /// An uns array that is a data frame, read whole.
     fn uns_frame(&self, path: &str, array: &Arc<ArrayObject>) -> io::Result<ZarrNode> {
-        Ok(match uns_element(array)? {
+        Ok(match anndata::uns_element(array)? {
             UnsElement::Array { shape, values } => {
                 let shape = shape.into_iter().map(|n| n as u64).collect();
                 self.values(path, shape, values)
@@ -1167,7 +696,7 @@ impl Builder<'_> {
                     frame: array.clone(),
                     rows: FrameRowsAt::Read(batches, rows.count),
                 });
-                self.frame(path, frame, &rows, index)?
+                self.frame(path, frame, &rows, uns_frame_index(index))?
             }
         })
     }

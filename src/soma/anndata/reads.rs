@@ -1,0 +1,216 @@
+//! Reads of a measurement's AnnData elements a few rows at a time, for a container that
+//! serves an element in pieces (the Zarr store's chunks): the rows of obs and var
+//! ([`AxisRows`]) that place a matrix's cells, the cells of rows a..b of a matrix
+//! ([`MatrixSource`]), and a part of a data frame column for rows a..b ([`FrameSource`]:
+//! its values, its null mask, its categorical codes or its row numbers). A CSR matrix's
+//! entries and `indptr` are read in [`super::csr`], uns arrays in [`super::uns`].
+
+use std::io;
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array as _, ArrayRef, BooleanArray, Int64Array, RecordBatch};
+use arrow_schema::DataType;
+
+use super::super::joinids::Positions;
+use super::super::object::ArrayObject;
+use super::{read_cells, read_frame_column, Axis, FrameRows};
+
+/// The rows of obs or var: their join ids in order, each at its place.
+#[derive(Debug)]
+pub struct AxisRows {
+    pub positions: Positions,
+    /// What identifies them: the data frame's snapshot.
+    pub id: String,
+}
+
+impl AxisRows {
+    /// The rows a first pass over a data frame found (their join ids are taken).
+    pub fn new(frame: &ArrayObject, rows: &mut FrameRows) -> Arc<AxisRows> {
+        Arc::new(AxisRows {
+            positions: std::mem::take(&mut rows.joinids),
+            id: frame.content_id.clone(),
+        })
+    }
+}
+
+/// The columns of a matrix: obs's or var's rows, or plain indices (obsm and varm).
+#[derive(Debug, Clone)]
+pub enum Columns {
+    Rows(Arc<AxisRows>),
+    Indices(usize),
+}
+
+/// A matrix read from a two-dimensional array: its rows are obs's or var's, its values are
+/// given as `value_type`.
+#[derive(Debug)]
+pub struct MatrixSource {
+    pub array: Arc<ArrayObject>,
+    pub rows: Arc<AxisRows>,
+    pub cols: Columns,
+    pub value_type: DataType,
+}
+
+impl MatrixSource {
+    /// Where the array's coordinates are among the matrix's rows and columns.
+    pub fn axes(&self) -> (Axis<'_>, Axis<'_>) {
+        let cols = match &self.cols {
+            Columns::Rows(rows) => Axis::Joinids(&rows.positions),
+            Columns::Indices(n) => Axis::Indices(*n),
+        };
+        (Axis::Joinids(&self.rows.positions), cols)
+    }
+
+    /// What identifies the rows and columns the matrix is placed on.
+    pub fn axes_id(&self) -> String {
+        match &self.cols {
+            Columns::Rows(cols) => format!("{}\n{}", self.rows.id, cols.id),
+            Columns::Indices(n) => format!("{}\n{n}", self.rows.id),
+        }
+    }
+
+    /// Visits the cells of the rows `rows` (positions), in order, a batch at a time: the
+    /// places (row, column) of the cells on the axes, which of the batch's cells are (the
+    /// others are left out), and the batch's values.
+    pub fn cells(
+        &self,
+        rows: Range<usize>,
+        mut visit: impl FnMut(&[(usize, usize)], &[bool], &ArrayRef) -> io::Result<()>,
+    ) -> io::Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let (row_axis, col_axis) = self.axes();
+        let runs = self.rows.positions.runs_at(rows);
+        read_cells(&self.array, Some(&runs), |row_ids, col_ids, values| {
+            let mut places = Vec::with_capacity(row_ids.len());
+            let mut keep = Vec::with_capacity(row_ids.len());
+            for (&r, &c) in row_ids.iter().zip(col_ids) {
+                let place = row_axis.at(r).zip(col_axis.at(c));
+                keep.push(place.is_some());
+                places.extend(place);
+            }
+            visit(&places, &keep, values)
+        })?;
+        Ok(())
+    }
+
+    /// Values kept (`keep`) and cast to the matrix's value type.
+    pub fn values(&self, values: &ArrayRef, keep: &[bool]) -> io::Result<ArrayRef> {
+        let mut values = if keep.iter().all(|&k| k) {
+            values.clone()
+        } else {
+            arrow_select::filter::filter(values, &BooleanArray::from(keep.to_vec()))
+                .map_err(io::Error::other)?
+        };
+        if values.data_type() != &self.value_type {
+            values = arrow_cast::cast(&values, &self.value_type).map_err(io::Error::other)?;
+        }
+        Ok(values)
+    }
+}
+
+/// A data frame's rows.
+#[derive(Debug)]
+pub struct FrameSource {
+    pub frame: Arc<ArrayObject>,
+    pub rows: FrameRowsAt,
+}
+
+/// Where a data frame's rows are.
+#[derive(Debug)]
+pub enum FrameRowsAt {
+    /// In the array, read a column at a time when asked: obs's or var's rows.
+    Array(Arc<AxisRows>),
+    /// Read whole already (uns): the batches, and how many rows they hold.
+    Read(Vec<RecordBatch>, usize),
+}
+
+/// What of a data frame column is read.
+#[derive(Debug, Clone)]
+pub enum ColumnPart {
+    /// The values: cast to this type (numbers, booleans), or as they are (`None`: text).
+    Values(Option<DataType>),
+    /// Whether each is null.
+    Mask,
+    /// The dictionary keys as codes of this type, -1 for null.
+    Codes(DataType),
+    /// Row numbers from 0 (the index of a data frame without one).
+    RowNumbers,
+}
+
+impl FrameSource {
+    pub fn len(&self) -> usize {
+        match &self.rows {
+            FrameRowsAt::Array(rows) => rows.positions.len(),
+            FrameRowsAt::Read(_, count) => *count,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The column `name` at the places `rows`.
+    fn column(&self, name: &str, rows: Range<usize>) -> io::Result<ArrayRef> {
+        let batches = match &self.rows {
+            FrameRowsAt::Array(axis) => {
+                let column = read_frame_column(&self.frame, name, &axis.positions, rows);
+                return Ok(column?);
+            }
+            FrameRowsAt::Read(batches, _) => batches,
+        };
+        let pieces = batches
+            .iter()
+            .map(|b| {
+                b.column_by_name(name)
+                    .map(|c| c.as_ref())
+                    .ok_or_else(|| io::Error::other(format!("no column {name} in the rows read")))
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        let all = match pieces.as_slice() {
+            [] => return Ok(arrow_array::new_empty_array(&DataType::LargeUtf8)),
+            _ => arrow_select::concat::concat(&pieces).map_err(io::Error::other)?,
+        };
+        Ok(all.slice(rows.start, rows.len()))
+    }
+
+    /// The part `part` of the column `column` at the places `rows`.
+    pub fn column_part(
+        &self,
+        column: &str,
+        part: &ColumnPart,
+        rows: Range<usize>,
+    ) -> io::Result<ArrayRef> {
+        if let ColumnPart::RowNumbers = part {
+            return Ok(Arc::new(Int64Array::from_iter_values(
+                rows.start as i64..rows.end as i64,
+            )));
+        }
+        let values = self.column(column, rows)?;
+        Ok(match part {
+            ColumnPart::Values(Some(t)) if values.data_type() != t => {
+                arrow_cast::cast(&values, t).map_err(io::Error::other)?
+            }
+            ColumnPart::Values(_) | ColumnPart::RowNumbers => values,
+            ColumnPart::Mask => {
+                let nulls = values.logical_nulls();
+                let mask =
+                    (0..values.len()).map(|i| Some(nulls.as_ref().is_some_and(|n| n.is_null(i))));
+                Arc::new(mask.collect::<BooleanArray>())
+            }
+            ColumnPart::Codes(t) => {
+                let keys = values
+                    .as_any_dictionary_opt()
+                    .ok_or_else(|| io::Error::other(format!("{column}: not a dictionary")))?
+                    .keys();
+                let keys = arrow_cast::cast(keys, &DataType::Int64).map_err(io::Error::other)?;
+                let keys = keys.as_primitive::<Int64Type>();
+                let codes: Int64Array = keys.iter().map(|k| Some(k.unwrap_or(-1))).collect();
+                arrow_cast::cast(&codes, t).map_err(io::Error::other)?
+            }
+        })
+    }
+}
