@@ -2,7 +2,8 @@
 //! that hold them ([`super::h5ad`] and [`super::zarr`]): the cache key of a measurement's
 //! AnnData, a frame's index and columns as AnnData encodes them, the type a matrix's values
 //! are written in, how an uns data frame is indexed and what each uns metadata value
-//! becomes (what each uns array is, [`anndata::uns_element`] reads). Both containers take
+//! becomes (what each uns array is, [`anndata::uns_element`] reads), and where the entries
+//! per row of CSR matrices read in blocks are kept (the content cache). Both containers take
 //! these from here, so that an `.h5ad` and a Zarr store of one measurement hold the same
 //! AnnData.
 
@@ -13,12 +14,15 @@ use arrow_array::ArrayRef;
 use arrow_schema::DataType;
 
 use crate::format::h5ad::{Categories, ColumnSpec, FrameIndex};
+use log::warn;
+
+use crate::soma::anndata::RowCountsKept;
 use crate::soma::anndata::{self, AnnDataElements, FrameElement, FrameRows, Layout};
 use crate::soma::{ArrayObject, Selection};
 use crate::tiledb::{MetadataValue, Value};
 
-use super::super::cache::CacheKey;
-use super::super::data::content_key;
+use super::super::cache::{CacheKey, ContentCache};
+use super::super::data::{content_key, generate_whole};
 use super::super::names::file_name;
 
 /// The cache key of content made of a measurement's AnnData elements (`kind`: which
@@ -202,4 +206,42 @@ pub(super) fn uns_value(value: &MetadataValue) -> (ArrayRef, bool) {
         }
     };
     (array, scalar)
+}
+
+/// Where the entries per row of a container's CSR matrices are kept: in the content cache,
+/// with the files, as little-endian u64s.
+pub(super) struct CountsInCache(pub Arc<ContentCache>);
+
+impl std::fmt::Debug for CountsInCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("entries per row in the content cache")
+    }
+}
+
+impl RowCountsKept for CountsInCache {
+    fn kept(&self, name: &[&str]) -> io::Result<Option<Vec<u64>>> {
+        let key = CacheKey::new(name.iter().copied());
+        let Some((file, size)) = self.0.open_entry(&key) else {
+            return Ok(None);
+        };
+        let mut bytes = Vec::with_capacity(size as usize);
+        io::Read::read_to_end(&mut &file, &mut bytes)?;
+        let counts = bytes
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        Ok(Some(counts))
+    }
+
+    fn keep(&self, name: &[&str], what: &str, counts: &[u64]) {
+        let key = CacheKey::new(name.iter().copied());
+        let kept = generate_whole(&self.0, &key, what, |out| {
+            counts
+                .iter()
+                .try_for_each(|count| out.write_all(&count.to_le_bytes()))
+        });
+        if let Err(e) = kept {
+            warn!("{what} cannot be kept in the cache: {e:?}");
+        }
+    }
 }

@@ -271,10 +271,7 @@ fn write_frame_rows(
     batches: &[RecordBatch],
     index: FrameIndex,
 ) -> io::Result<()> {
-    let mut rows = FrameRows::default();
-    for batch in batches {
-        rows.add(batch);
-    }
+    let rows = FrameRows::of(batches);
     let mut writer = frame_writer(group, key, frame, &rows, index)?;
     for batch in batches {
         writer.append(batch)?;

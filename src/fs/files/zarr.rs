@@ -16,17 +16,13 @@
 //! columns encoded by it hold a null: integers, booleans and texts, counted by libtiledb
 //! without reading their values where it can; no other column is read), the shape of each
 //! uns array (from its schema and cell count: the values of them all are read when a chunk
-//! of one is opened; an uns data frame is read whole) and each
-//! CSR matrix's number of entries (the length of `data` and `indices`), which the array's
-//! fragments tell when no two of them share a row and every cell is on obs and var
-//! ([`anndata::row_blocks`]): the usual store is listed without reading a matrix. Its rows
-//! then fall in blocks, one per fragment, whose entries are known; a block's entries per
-//! row (what `indptr` holds) are counted from the coordinates alone
-//! ([`anndata::row_counts`]) when a chunk first needs one of its rows or entries, once per
-//! array snapshot, and kept in the cache, so that a daemon started again on the same cache
-//! does not count them again. A matrix whose fragments cannot tell is counted whole, as one
-//! block, when listed. A chunk of `indptr` (8,192 rows) counts only the blocks its rows
-//! fall in, and a chunk of `data` or `indices` reads only the rows that hold its entries.
+//! of one is opened; an uns data frame is read whole) and each CSR matrix's number of
+//! entries (the length of `data` and `indices`), which the array's fragments tell for the
+//! usual store without reading the matrix ([`anndata::csr`]). A chunk of `indptr` (8,192
+//! rows) counts the entries per row of only the blocks of rows it falls in, once per array
+//! snapshot (the counts are kept in the cache, so that a daemon started again on the same
+//! cache does not count them again); a chunk of `data` or `indices` reads only the rows
+//! that hold its entries.
 
 use std::io;
 use std::ops::Range;
@@ -41,9 +37,9 @@ use crate::format::anndata::{is_text, ColumnEncoding, ColumnSpec, Encoding};
 use crate::format::h5ad::FrameIndex;
 use crate::format::zarr::{self, ArrayMeta, Dtype};
 use crate::soma::anndata::{
-    self, Along, AnnDataElements, AxisRows, ColumnPart, Columns, CsrPart, CsrSource, FrameRows,
-    FrameRowsAt, FrameSource, Layout, MatrixColumns, MatrixElement, MatrixSource, RowCountsKept,
-    UnsCollection, UnsElement, UnsMember, UnsTogether, UnsValues,
+    self, AnnDataElements, AxisRows, ColumnPart, CsrPart, CsrSource, FrameRows, FrameSource,
+    MatrixElement, MatrixSource, ObsVarRows, UnsCollection, UnsElement, UnsMember, UnsTogether,
+    UnsValues,
 };
 use crate::soma::ArrayObject;
 use crate::sync::{at_once, map_at_once};
@@ -55,7 +51,7 @@ use super::super::names::file_name;
 use super::super::open_file::OpenFile;
 use super::anndata::{
     frame_columns, frame_index, matrix_type, measurement_key, scan_frame, uns_frame_index,
-    uns_value,
+    uns_value, CountsInCache,
 };
 use super::{FileContext, FileKind};
 
@@ -237,44 +233,6 @@ impl FileKind for ZarrChunk {
 /// (131,072 rows) would.
 const INDPTR_CHUNK_ROWS: u64 = 1 << 13;
 
-/// Where the entries per row of a store's CSR matrices are kept: in the content cache,
-/// with the chunks, as little-endian u64s.
-struct CountsInCache(Arc<ContentCache>);
-
-impl std::fmt::Debug for CountsInCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("entries per row in the content cache")
-    }
-}
-
-impl RowCountsKept for CountsInCache {
-    fn kept(&self, name: &[&str]) -> io::Result<Option<Vec<u64>>> {
-        let key = CacheKey::new(name.iter().copied());
-        let Some((file, size)) = self.0.open_entry(&key) else {
-            return Ok(None);
-        };
-        let mut bytes = Vec::with_capacity(size as usize);
-        io::Read::read_to_end(&mut &file, &mut bytes)?;
-        let counts = bytes
-            .chunks_exact(8)
-            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-            .collect();
-        Ok(Some(counts))
-    }
-
-    fn keep(&self, name: &[&str], what: &str, counts: &[u64]) {
-        let key = CacheKey::new(name.iter().copied());
-        let kept = generate_whole(&self.0, &key, what, |out| {
-            counts
-                .iter()
-                .try_for_each(|count| out.write_all(&count.to_le_bytes()))
-        });
-        if let Err(e) = kept {
-            warn!("{what} cannot be kept in the cache: {e:?}");
-        }
-    }
-}
-
 /// Where an array's chunks come from.
 #[derive(Debug)]
 enum Content {
@@ -431,7 +389,7 @@ impl Builder<'_> {
         frame: &Arc<FrameSource>,
         (column, part): (&str, ColumnPart),
         dtype: Dtype,
-        encoding: Option<Encoding>,
+        encoding: Encoding,
     ) -> ZarrNode {
         let meta = ArrayMeta::new(vec![frame.len() as u64], dtype);
         let content = Content::Column {
@@ -439,8 +397,7 @@ impl Builder<'_> {
             column: column.to_owned(),
             part,
         };
-        let attrs = encoding.map(encoding_attrs).unwrap_or_default();
-        self.array(path, meta, attrs, content)
+        self.array(path, meta, encoding_attrs(encoding), content)
     }
 
     /// A data frame: its index, then its columns, each as anndata encodes it.
@@ -462,22 +419,21 @@ impl Builder<'_> {
         attrs.insert("column-order".into(), json!(order));
         let mut members = Vec::new();
         let index_path = format!("{path}/{index_name}");
-        let index_array = match &index {
-            FrameIndex::Column { name, .. } => self.column(
-                &index_path,
-                &frame,
-                (name, ColumnPart::Values(None)),
+        let (column, part, dtype, encoding) = match &index {
+            FrameIndex::Column { name, .. } => (
+                name.as_str(),
+                ColumnPart::Values(None),
                 Dtype::Text,
-                Some(Encoding::StringArray),
+                Encoding::StringArray,
             ),
-            FrameIndex::RowNumbers => self.column(
-                &index_path,
-                &frame,
-                ("", ColumnPart::RowNumbers),
+            FrameIndex::RowNumbers => (
+                "",
+                ColumnPart::RowNumbers,
                 Dtype::Number(DataType::Int64),
-                Some(Encoding::Array),
+                Encoding::Array,
             ),
         };
+        let index_array = self.column(&index_path, &frame, (column, part), dtype, encoding);
         members.push((index_name, index_array));
         for (spec, name) in &columns {
             let at = format!("{path}/{name}");
@@ -493,52 +449,45 @@ impl Builder<'_> {
         spec: &ColumnSpec,
     ) -> io::Result<ZarrNode> {
         let name = spec.name.as_str();
+        let array =
+            |at: &str, part, dtype, encoding| self.column(at, frame, (name, part), dtype, encoding);
         let masked = |values: Dtype, values_encoding: Encoding, encoding: Encoding| {
-            let values_part = (name, values_as(spec.data_type.clone()));
-            let values = self.column(
+            let values_part = values_as(spec.data_type.clone());
+            let values = array(
                 &format!("{path}/values"),
-                frame,
                 values_part,
                 values,
-                Some(values_encoding),
+                values_encoding,
             );
-            let mask = self.column(
+            let mask = array(
                 &format!("{path}/mask"),
-                frame,
-                (name, ColumnPart::Mask),
+                ColumnPart::Mask,
                 Dtype::Bool,
-                Some(Encoding::Array),
+                Encoding::Array,
             );
             group(
                 encoding_attrs(encoding),
                 vec![("values".into(), values), ("mask".into(), mask)],
             )
         };
+        let booleans = ColumnPart::Values(Some(DataType::Boolean));
         Ok(match spec.encoding() {
-            ColumnEncoding::Numbers(t) => self.column(
+            ColumnEncoding::Numbers(t) => array(
                 path,
-                frame,
-                (name, values_as(t.clone())),
+                values_as(t.clone()),
                 Dtype::Number(t),
-                Some(Encoding::Array),
+                Encoding::Array,
             ),
-            ColumnEncoding::Booleans { nullable: false } => self.column(
-                path,
-                frame,
-                (name, ColumnPart::Values(Some(DataType::Boolean))),
-                Dtype::Bool,
-                Some(Encoding::Array),
-            ),
+            ColumnEncoding::Booleans { nullable: false } => {
+                array(path, booleans, Dtype::Bool, Encoding::Array)
+            }
             ColumnEncoding::Booleans { nullable: true } => {
                 masked(Dtype::Bool, Encoding::Array, Encoding::NullableBoolean)
             }
-            ColumnEncoding::Texts { nullable: false } => self.column(
-                path,
-                frame,
-                (name, ColumnPart::Values(None)),
-                Dtype::Text,
-                Some(Encoding::StringArray),
-            ),
+            ColumnEncoding::Texts { nullable: false } => {
+                let texts = ColumnPart::Values(None);
+                array(path, texts, Dtype::Text, Encoding::StringArray)
+            }
             ColumnEncoding::Texts { nullable: true } => {
                 masked(Dtype::Text, Encoding::StringArray, Encoding::NullableString)
             }
@@ -552,12 +501,12 @@ impl Builder<'_> {
                 let labels = categories.labels.clone();
                 let shape = vec![labels.len() as u64];
                 let categories = self.values(&format!("{path}/categories"), shape, labels);
-                let codes = self.column(
+                let codes_part = ColumnPart::Codes(code_type.clone());
+                let codes = array(
                     &format!("{path}/codes"),
-                    frame,
-                    (name, ColumnPart::Codes(code_type.clone())),
+                    codes_part,
                     Dtype::Number(code_type),
-                    Some(Encoding::Array),
+                    Encoding::Array,
                 );
                 group(
                     attrs,
@@ -567,13 +516,15 @@ impl Builder<'_> {
         })
     }
 
-    /// A matrix: CSR or dense, as `layout` and the array say.
-    fn matrix(&self, path: &str, source: MatrixSource, layout: Layout) -> io::Result<ZarrNode> {
-        let (value_type, dense) = matrix_type(&source.array, layout)?;
-        let source = MatrixSource {
-            value_type,
-            ..source
-        };
+    /// A matrix placed on `rows`: CSR or dense, as its layout and its array say.
+    fn matrix(
+        &self,
+        path: &str,
+        matrix: &MatrixElement,
+        rows: &ObsVarRows,
+    ) -> io::Result<ZarrNode> {
+        let (value_type, dense) = matrix_type(&matrix.array, matrix.layout)?;
+        let source = rows.matrix(&self.origin.elements, matrix, value_type)?;
         let (rows, cols) = source.axes();
         let shape = vec![rows.len() as u64, cols.len() as u64];
         if dense {
@@ -583,26 +534,20 @@ impl Builder<'_> {
         }
         let csr = Arc::new(CsrSource::new(source, self.origin.counts.clone())?);
         let total = csr.entries();
-        let index_type = if shape[1] <= i32::MAX as u64 {
-            DataType::Int32
-        } else {
-            DataType::Int64
-        };
-        let value_dtype = Dtype::of(&csr.matrix.value_type);
+        let index_dtype = Dtype::Number(match shape[1] <= i32::MAX as u64 {
+            true => DataType::Int32,
+            false => DataType::Int64,
+        });
+        let (value_dtype, pointers) = (Dtype::of(&csr.matrix.value_type), shape[0] + 1);
         let mut attrs = encoding_attrs(Encoding::CsrMatrix);
         attrs.insert("shape".into(), json!(shape));
         let parts = [
             ("data", value_dtype, total, CsrPart::Data),
-            (
-                "indices",
-                Dtype::Number(index_type),
-                total,
-                CsrPart::Indices,
-            ),
+            ("indices", index_dtype, total, CsrPart::Indices),
             (
                 "indptr",
                 Dtype::Number(DataType::Int64),
-                shape[0] + 1,
+                pointers,
                 CsrPart::Indptr,
             ),
         ];
@@ -628,14 +573,14 @@ impl Builder<'_> {
         &self,
         path: &str,
         members: &[MatrixElement],
-        source: &(dyn Fn(&MatrixElement) -> io::Result<MatrixSource> + Sync),
+        rows: &ObsVarRows,
     ) -> io::Result<ZarrNode> {
         // At once: a sparse matrix's entries may be counted from its fragment list, a few
         // round trips of its own.
         let members = map_at_once(members, anndata::AT_ONCE, |member| {
             let name = file_name(&member.name);
             let at = format!("{path}/{name}");
-            let matrix = self.matrix(&at, source(member)?, member.layout)?;
+            let matrix = self.matrix(&at, member, rows)?;
             Ok((name, matrix))
         })
         .into_iter()
@@ -688,15 +633,8 @@ impl Builder<'_> {
                 self.values(path, shape, values)
             }
             UnsElement::Frame { batches, index } => {
-                let mut rows = FrameRows::default();
-                for batch in &batches {
-                    rows.add(batch);
-                }
-                let frame = Arc::new(FrameSource {
-                    frame: array.clone(),
-                    rows: FrameRowsAt::Read(batches, rows.count),
-                });
-                self.frame(path, frame, &rows, uns_frame_index(index))?
+                let (frame, rows) = FrameSource::read(array, batches);
+                self.frame(path, Arc::new(frame), &rows, uns_frame_index(index))?
             }
         })
     }
@@ -749,40 +687,19 @@ fn frames_and_matrices(b: &Builder) -> io::Result<Vec<(String, ZarrNode)>> {
         || scan_frame(&e.var.array, &e.var.rows, &var_index),
     );
     let (mut obs_rows, mut var_rows) = (obs_rows?, var_rows?);
-    let obs = AxisRows::new(&e.obs.array, &mut obs_rows);
-    let var = AxisRows::new(&e.var.array, &mut var_rows);
-    let lazy_frame = |frame: &Arc<ArrayObject>, rows: &Arc<AxisRows>| {
-        Arc::new(FrameSource {
-            frame: frame.clone(),
-            rows: FrameRowsAt::Array(rows.clone()),
-        })
+    let rows = ObsVarRows {
+        obs: AxisRows::new(&e.obs.array, &mut obs_rows),
+        var: AxisRows::new(&e.var.array, &mut var_rows),
     };
-    let obs_frame = b.frame("obs", lazy_frame(&e.obs.array, &obs), &obs_rows, obs_index)?;
-    let var_frame = b.frame("var", lazy_frame(&e.var.array, &var), &var_rows, var_index)?;
+    let obs_frame = FrameSource::of_rows(&e.obs.array, &rows.obs);
+    let obs_frame = b.frame("obs", Arc::new(obs_frame), &obs_rows, obs_index)?;
+    let var_frame = FrameSource::of_rows(&e.var.array, &rows.var);
+    let var_frame = b.frame("var", Arc::new(var_frame), &var_rows, var_index)?;
 
-    let rows_along = |along| match along {
-        Along::Obs => obs.clone(),
-        Along::Var => var.clone(),
-    };
-    let source = |matrix: &MatrixElement| -> io::Result<MatrixSource> {
-        let rows = rows_along(matrix.rows);
-        let cols = match matrix.columns {
-            MatrixColumns::Along(along) => Columns::Rows(rows_along(along)),
-            MatrixColumns::Width => {
-                Columns::Indices(e.width(matrix, rows.positions.len())? as usize)
-            }
-        };
-        Ok(MatrixSource {
-            array: matrix.array.clone(),
-            rows,
-            cols,
-            value_type: DataType::Null,
-        })
-    };
     type Make<'a> = Box<dyn Fn() -> io::Result<ZarrNode> + Sync + 'a>;
-    let x: Make = Box::new(|| b.matrix("X", source(&e.x)?, e.x.layout));
+    let x: Make = Box::new(|| b.matrix("X", &e.x, &rows));
     let mappings = e.mappings.iter().map(|mapping| -> (&str, Make) {
-        let make = || b.matrices(mapping.name, &mapping.members, &source);
+        let make = || b.matrices(mapping.name, &mapping.members, &rows);
         (mapping.name, Box::new(make))
     });
     let parts: Vec<(&str, Make)> = std::iter::once(("X", x)).chain(mappings).collect();

@@ -30,7 +30,9 @@ pub use csr::{CsrPart, CsrSource, RowCountsKept};
 pub use elements::{
     Along, AnnDataElements, FrameElement, Layout, MatrixColumns, MatrixElement, MatrixMapping,
 };
-pub use reads::{AxisRows, ColumnPart, Columns, FrameRowsAt, FrameSource, MatrixSource};
+pub use reads::{
+    AxisRows, ColumnPart, Columns, FrameRowsAt, FrameSource, MatrixSource, ObsVarRows,
+};
 pub use uns::{uns_array_layout, uns_element, UnsElement, UnsTogether, UnsValues};
 
 use super::error::{Error, Result};
@@ -399,6 +401,15 @@ pub struct FrameRows {
 }
 
 impl FrameRows {
+    /// What a pass over rows read whole finds (their join ids are not taken).
+    pub fn of(batches: &[RecordBatch]) -> FrameRows {
+        let mut rows = FrameRows::default();
+        for batch in batches {
+            rows.add(batch);
+        }
+        rows
+    }
+
     /// Counts a batch of rows in: its size and its columns' nulls.
     pub fn add(&mut self, batch: &RecordBatch) {
         self.count += batch.num_rows();

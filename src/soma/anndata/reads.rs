@@ -16,7 +16,8 @@ use arrow_schema::DataType;
 
 use super::super::joinids::Positions;
 use super::super::object::ArrayObject;
-use super::{read_cells, read_frame_column, Axis, FrameRows};
+use super::{read_cells, read_frame_column, Along, AnnDataElements, Axis, FrameRows};
+use super::{MatrixColumns, MatrixElement};
 
 /// The rows of obs or var: their join ids in order, each at its place.
 #[derive(Debug)]
@@ -32,6 +33,45 @@ impl AxisRows {
         Arc::new(AxisRows {
             positions: std::mem::take(&mut rows.joinids),
             id: frame.content_id.clone(),
+        })
+    }
+}
+
+/// The rows of obs and var, that the AnnData's matrices are placed on.
+#[derive(Debug, Clone)]
+pub struct ObsVarRows {
+    pub obs: Arc<AxisRows>,
+    pub var: Arc<AxisRows>,
+}
+
+impl ObsVarRows {
+    pub fn along(&self, along: Along) -> &Arc<AxisRows> {
+        match along {
+            Along::Obs => &self.obs,
+            Along::Var => &self.var,
+        }
+    }
+
+    /// The matrix `matrix` of `elements` placed on these rows, its values given as
+    /// `value_type`.
+    pub fn matrix(
+        &self,
+        elements: &AnnDataElements,
+        matrix: &MatrixElement,
+        value_type: DataType,
+    ) -> io::Result<MatrixSource> {
+        let rows = self.along(matrix.rows).clone();
+        let cols = match matrix.columns {
+            MatrixColumns::Along(along) => Columns::Rows(self.along(along).clone()),
+            MatrixColumns::Width => {
+                Columns::Indices(elements.width(matrix, rows.positions.len())? as usize)
+            }
+        };
+        Ok(MatrixSource {
+            array: matrix.array.clone(),
+            rows,
+            cols,
+            value_type,
         })
     }
 }
@@ -142,6 +182,24 @@ pub enum ColumnPart {
 }
 
 impl FrameSource {
+    /// A frame whose rows are obs's or var's, `rows`: read a column at a time when asked.
+    pub fn of_rows(frame: &Arc<ArrayObject>, rows: &Arc<AxisRows>) -> FrameSource {
+        FrameSource {
+            frame: frame.clone(),
+            rows: FrameRowsAt::Array(rows.clone()),
+        }
+    }
+
+    /// A frame of the rows `batches` read whole, and what a pass over them finds.
+    pub fn read(frame: &Arc<ArrayObject>, batches: Vec<RecordBatch>) -> (FrameSource, FrameRows) {
+        let rows = FrameRows::of(&batches);
+        let source = FrameSource {
+            frame: frame.clone(),
+            rows: FrameRowsAt::Read(batches, rows.count),
+        };
+        (source, rows)
+    }
+
     pub fn len(&self) -> usize {
         match &self.rows {
             FrameRowsAt::Array(rows) => rows.positions.len(),
