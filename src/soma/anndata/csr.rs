@@ -370,7 +370,11 @@ fn block_counts(
 
 #[cfg(test)]
 mod tests {
+    use super::super::reads::{AxisRows, Columns};
     use super::*;
+    use crate::soma::fixtures::{dense_array, sparse_array};
+    use crate::soma::joinids::Positions;
+    use crate::soma::SomaObject;
 
     /// Entries per row of a matrix of 100 rows: rows 10-19 two each, the even rows of 40-59
     /// two each, rows 80-89 two each, and none elsewhere; in blocks as its fragments would
@@ -448,5 +452,127 @@ mod tests {
             sums.push(sums.last().unwrap() + count);
         }
         sums
+    }
+
+    /// Counts kept in memory: every name asked for is answered with `counts` (none when
+    /// `None`); the names asked for and the counts kept are recorded.
+    #[derive(Debug, Default)]
+    struct KeptInMemory {
+        counts: Option<Vec<u64>>,
+        asked: Mutex<Vec<Vec<String>>>,
+        kept: Mutex<Vec<Vec<u64>>>,
+    }
+
+    impl KeptInMemory {
+        fn with(counts: Vec<u64>) -> Arc<KeptInMemory> {
+            Arc::new(KeptInMemory {
+                counts: Some(counts),
+                ..KeptInMemory::default()
+            })
+        }
+    }
+
+    impl RowCountsKept for KeptInMemory {
+        fn kept(&self, name: &[&str]) -> io::Result<Option<Vec<u64>>> {
+            let name = name.iter().map(|&part| part.to_owned()).collect();
+            self.asked.lock().unwrap().push(name);
+            Ok(self.counts.clone())
+        }
+
+        fn keep(&self, _name: &[&str], _what: &str, counts: &[u64]) {
+            self.kept.lock().unwrap().push(counts.to_vec());
+        }
+    }
+
+    /// The fixture's 100 x 10 matrix (one fragment of 300 cells over rows 0-99) on 100
+    /// rows and 10 columns; dense when `dense`. Its data cannot be read.
+    fn matrix(dense: bool) -> MatrixSource {
+        let uri = "x/data";
+        let object = if dense {
+            dense_array(uri)
+        } else {
+            sparse_array(uri)
+        };
+        let SomaObject::Array(array) = object else {
+            unreachable!("an array")
+        };
+        let axis = |n: i64, id: &str| {
+            Arc::new(AxisRows {
+                positions: Positions::range(0..=n - 1),
+                id: id.to_owned(),
+            })
+        };
+        MatrixSource {
+            array,
+            rows: axis(100, "obs"),
+            cols: Columns::Rows(axis(10, "var")),
+            value_type: arrow_schema::DataType::Float32,
+        }
+    }
+
+    #[test]
+    fn a_matrix_whose_fragments_tell_its_entries_is_made_without_a_count() {
+        let kept = KeptInMemory::with(vec![3; 100]);
+        let csr = CsrSource::new(matrix(false), kept.clone()).unwrap();
+        assert_eq!(csr.entries(), 300);
+        assert!(kept.asked.lock().unwrap().is_empty(), "nothing counted yet");
+    }
+
+    #[test]
+    fn indptr_and_the_rows_of_entries_come_from_the_kept_counts_asked_for_once() {
+        let kept = KeptInMemory::with(vec![3; 100]);
+        let csr = CsrSource::new(matrix(false), kept.clone()).unwrap();
+        let want: Vec<u64> = (0..=100).map(|row| row * 3).collect();
+        assert_eq!(csr.indptr(0..101).unwrap(), want);
+        assert_eq!(csr.indptr(40..42).unwrap(), want[40..42]);
+        assert_eq!(csr.place_of(0).unwrap(), 0);
+        assert_eq!(csr.place_of(5).unwrap(), 1);
+        assert_eq!(csr.place_of(299).unwrap(), 99);
+        assert!(csr.place_of(300).is_err(), "past the last entry");
+        let asked = kept.asked.lock().unwrap();
+        let array_id = csr.matrix.array.content_id.as_str();
+        assert_eq!(
+            *asked,
+            [["entries per row", array_id, "obs\nvar", "rows 0-99"]],
+            "the block's counts are asked for once, by snapshot, axes and rows"
+        );
+        assert!(
+            kept.kept.lock().unwrap().is_empty(),
+            "none counted, none kept"
+        );
+    }
+
+    #[test]
+    fn kept_counts_that_are_not_the_fragments_entries_are_an_error() {
+        let kept = KeptInMemory::with(vec![2; 100]);
+        let csr = CsrSource::new(matrix(false), kept).unwrap();
+        let error = csr.indptr(0..1).unwrap_err().to_string();
+        assert!(
+            error.contains("200 entries counted") && error.contains("300 in its fragments"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn kept_counts_of_other_rows_are_counted_again() {
+        // 50 counts for a block of 100 rows: counted again, which reads the array.
+        let kept = KeptInMemory::with(vec![6; 50]);
+        let csr = CsrSource::new(matrix(false), kept.clone()).unwrap();
+        let error = csr.indptr(0..1).unwrap_err().to_string();
+        assert!(error.contains("no data to read"), "{error}");
+        assert!(kept.kept.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_matrix_whose_fragments_cannot_tell_is_one_block_of_every_row_counted_when_made() {
+        // A dense array's fragments do not tell its entries: every row is counted at once.
+        let counts: Vec<u64> = (0..100).map(|row| row % 3).collect();
+        let kept = KeptInMemory::with(counts.clone());
+        let csr = CsrSource::new(matrix(true), kept.clone()).unwrap();
+        assert_eq!(csr.entries(), counts.iter().sum::<u64>());
+        assert_eq!(csr.indptr(0..101).unwrap(), running_sums(0, &counts));
+        let asked = kept.asked.lock().unwrap();
+        assert_eq!(asked.len(), 1, "counted once, when made");
+        assert_eq!(asked[0][3], "every row");
     }
 }
