@@ -272,3 +272,111 @@ impl FrameSource {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soma::fixtures::dataframe;
+    use crate::soma::SomaObject;
+    use arrow_array::types::Int8Type;
+    use arrow_array::{DictionaryArray, Float64Array, Int16Array, Int32Array, LargeStringArray};
+
+    /// Rows read whole: join ids 0-4, an int32 column `n` (row 2 null), a text `t` and a
+    /// categorical `c` of the labels x and y (row 2 null), in two batches (rows 0-1, then
+    /// 2-4).
+    fn read_whole() -> (FrameSource, FrameRows) {
+        let labels: ArrayRef = Arc::new(LargeStringArray::from(vec!["x", "y"]));
+        let batch = |ids: Vec<i64>, n: Vec<Option<i32>>, t: Vec<&str>, c: Vec<Option<i8>>| {
+            let c = DictionaryArray::<Int8Type>::try_new(c.into(), labels.clone()).unwrap();
+            RecordBatch::try_from_iter([
+                ("soma_joinid", Arc::new(Int64Array::from(ids)) as ArrayRef),
+                ("n", Arc::new(Int32Array::from(n))),
+                ("t", Arc::new(LargeStringArray::from(t))),
+                ("c", Arc::new(c)),
+            ])
+            .unwrap()
+        };
+        let batches = vec![
+            batch(
+                vec![0, 1],
+                vec![Some(1), Some(2)],
+                vec!["a", "b"],
+                vec![Some(0), Some(1)],
+            ),
+            batch(
+                vec![2, 3, 4],
+                vec![None, Some(4), Some(5)],
+                vec!["c", "d", "e"],
+                vec![None, Some(0), Some(1)],
+            ),
+        ];
+        let SomaObject::Array(frame) = dataframe("uns/frame", "frag") else {
+            unreachable!("a data frame")
+        };
+        FrameSource::read(&frame, batches)
+    }
+
+    #[test]
+    fn a_frame_read_whole_gives_each_part_of_a_column_for_some_rows() {
+        let (frame, rows) = read_whole();
+        assert_eq!((frame.len(), rows.count), (5, 5));
+        let mut with_nulls: Vec<&str> =
+            rows.columns_with_nulls.iter().map(|c| c.as_str()).collect();
+        with_nulls.sort();
+        assert_eq!(with_nulls, ["c", "n"]);
+        // Rows 1-3, across the two batches.
+        let part = |column, part| frame.column_part(column, &part, 1..4).unwrap();
+        let numbers = part("n", ColumnPart::Values(Some(DataType::Int64)));
+        assert_eq!(
+            numbers.as_primitive::<Int64Type>(),
+            &Int64Array::from(vec![Some(2), None, Some(4)])
+        );
+        let texts = part("t", ColumnPart::Values(None));
+        assert_eq!(
+            texts.as_string::<i64>(),
+            &LargeStringArray::from(vec!["b", "c", "d"])
+        );
+        let mask = part("n", ColumnPart::Mask);
+        assert_eq!(
+            mask.as_boolean(),
+            &BooleanArray::from(vec![false, true, false])
+        );
+        let codes = part("c", ColumnPart::Codes(DataType::Int16));
+        let codes = codes.as_primitive::<arrow_array::types::Int16Type>();
+        assert_eq!(codes, &Int16Array::from(vec![1, -1, 0]));
+        let numbers = part("", ColumnPart::RowNumbers);
+        assert_eq!(
+            numbers.as_primitive::<Int64Type>(),
+            &Int64Array::from(vec![1, 2, 3])
+        );
+        let error = frame
+            .column_part("missing", &ColumnPart::Mask, 0..1)
+            .unwrap_err();
+        assert!(error.to_string().contains("no column missing"), "{error}");
+    }
+
+    #[test]
+    fn a_matrix_keeps_the_cells_placed_and_gives_its_values_as_its_type() {
+        let SomaObject::Array(array) = dataframe("m", "frag") else {
+            unreachable!("an array")
+        };
+        let rows = Arc::new(AxisRows {
+            positions: Positions::range(10..=19),
+            id: "obs".into(),
+        });
+        let matrix = MatrixSource {
+            array,
+            rows,
+            cols: Columns::Indices(7),
+            value_type: DataType::Float32,
+        };
+        let (rows, cols) = matrix.axes();
+        assert_eq!((rows.len(), rows.at(10), rows.at(20)), (10, Some(0), None));
+        assert_eq!((cols.len(), cols.at(6), cols.at(7)), (7, Some(6), None));
+        assert_eq!(matrix.axes_id(), "obs\n7");
+        let values: ArrayRef = Arc::new(Float64Array::from(vec![1.5, 2.5, 3.5]));
+        let kept = matrix.values(&values, &[true, false, true]).unwrap();
+        let kept = kept.as_primitive::<arrow_array::types::Float32Type>();
+        assert_eq!(kept.values().as_ref(), [1.5f32, 3.5]);
+    }
+}

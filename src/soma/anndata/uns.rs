@@ -220,3 +220,84 @@ impl UnsTogether {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::soma::fixtures::{column, dataframe, dense_array, sparse_array, text_metadata};
+    use crate::soma::{SomaObject, SomaSchema};
+    use crate::tiledb::{Datatype, Fragment, Value};
+
+    fn array(object: SomaObject) -> Arc<ArrayObject> {
+        let SomaObject::Array(array) = object else {
+            unreachable!("an array")
+        };
+        array
+    }
+
+    /// A data frame of strings as `from_anndata` writes an uns array of them (`hint`
+    /// `array_1d` or `array_2d`), with the text columns `columns`, 4 rows in one fragment.
+    fn strings(hint: &str, columns: &[&str]) -> Arc<ArrayObject> {
+        let text = |name| column(name, Datatype::StringUtf8, DataType::LargeUtf8, false);
+        let id = column("soma_joinid", Datatype::Int64, DataType::Int64, true);
+        let schema = SomaSchema::sparse_frame(
+            std::iter::once(id)
+                .chain(columns.iter().map(|&c| text(c)))
+                .collect(),
+        );
+        let metadata = text_metadata(&[
+            ("soma_object_type", "SOMADataFrame"),
+            ("soma_uns_outgest_hint", hint),
+        ]);
+        let fragments = vec![Fragment {
+            uri: "uns/strings/frag".into(),
+            cell_num: 4,
+            first_dimension: Some((Value::Int(0), Value::Int(3))),
+        }];
+        Arc::new(ArrayObject::described(
+            "uns/strings",
+            SomaType::DataFrame,
+            metadata,
+            schema,
+            vec![Some((Value::Int(0), Value::Int(3)))],
+            fragments,
+        ))
+    }
+
+    #[test]
+    fn an_uns_array_is_laid_out_from_its_schema_and_cell_count_and_a_frame_is_not() {
+        let layout = |array: &ArrayObject| uns_array_layout(array).unwrap();
+        let dense = array(dense_array("uns/dense"));
+        assert_eq!(layout(&dense), Some((vec![100, 10], DataType::Float32)));
+        let one = strings("array_1d", &["values"]);
+        assert_eq!(layout(&one), Some((vec![4], DataType::LargeUtf8)));
+        let two = strings("array_2d", &["values_0", "values_1", "values_2"]);
+        assert_eq!(layout(&two), Some((vec![4, 3], DataType::LargeUtf8)));
+        // A sparse array and a plain data frame are data frames, read whole.
+        assert_eq!(layout(&array(sparse_array("uns/sparse"))), None);
+        assert_eq!(layout(&array(dataframe("uns/frame", "frag"))), None);
+        // Strings without their column are a data frame too.
+        assert_eq!(layout(&strings("array_1d", &["other"])), None);
+    }
+
+    #[test]
+    fn a_failed_read_of_uns_values_is_held_by_no_one_and_read_again() {
+        let values = Arc::new(UnsValues::new(
+            array(dense_array("uns/dense")),
+            vec![100, 10],
+        ));
+        let together = UnsTogether::default();
+        together.add(&values);
+        together.add(&Arc::new(UnsValues::new(
+            array(dense_array("gone")),
+            vec![1],
+        )));
+        together.read_all();
+        // The read failed (no data behind the array): each reader reads again, and fails.
+        for _ in 0..2 {
+            let error = values.values().unwrap_err().to_string();
+            assert!(error.contains("no data to read"), "{error}");
+        }
+        assert!(values.read.lock().unwrap().is_none());
+    }
+}
