@@ -1,22 +1,28 @@
 //! The adapter between the AnnData elements of [`crate::soma::anndata`] and the containers
 //! that hold them ([`super::h5ad`] and [`super::zarr`]): the cache key of a measurement's
 //! AnnData, a frame's index and columns as AnnData encodes them, the type a matrix's values
-//! are written in, and what each uns array and value becomes. Both containers take these
-//! from here, so that an `.h5ad` and a Zarr store of one measurement hold the same AnnData.
+//! are written in, how an uns data frame is indexed and what each uns metadata value
+//! becomes (what each uns array is, [`anndata::uns_element`] reads), and where the entries
+//! per row of CSR matrices read in blocks are kept (the content cache). Both containers take
+//! these from here, so that an `.h5ad` and a Zarr store of one measurement hold the same
+//! AnnData.
 
 use std::io;
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::ArrayRef;
 use arrow_schema::DataType;
 
 use crate::format::h5ad::{Categories, ColumnSpec, FrameIndex};
-use crate::soma::anndata::{self, AnnDataElements, FrameElement, FrameRows, Layout, UnsFrame};
-use crate::soma::{ArrayObject, Selection, SomaType};
+use log::warn;
+
+use crate::soma::anndata::RowCountsKept;
+use crate::soma::anndata::{self, AnnDataElements, FrameElement, FrameRows, Layout};
+use crate::soma::{ArrayObject, Selection};
 use crate::tiledb::{MetadataValue, Value};
 
-use super::super::cache::CacheKey;
-use super::super::data::content_key;
+use super::super::cache::{CacheKey, ContentCache};
+use super::super::data::{content_key, generate_whole};
 use super::super::names::file_name;
 
 /// The cache key of content made of a measurement's AnnData elements (`kind`: which
@@ -148,136 +154,12 @@ pub(super) fn matrix_type(array: &ArrayObject, layout: Layout) -> io::Result<(Da
     Ok((value_type, dense))
 }
 
-/// What an uns array is in the AnnData.
-pub(super) enum UnsElement {
-    /// An array of this shape, its values in C order.
-    Array { shape: Vec<usize>, values: ArrayRef },
-    /// A data frame, its rows read whole.
-    Frame {
-        batches: Vec<RecordBatch>,
-        index: FrameIndex,
-    },
-}
-
-/// The shape and value type of an uns array that [`uns_element`] makes an array of, as its
-/// schema and cell count tell without reading it: a dense array, or a data frame hinted as
-/// strings (one row per stored cell). `None` for what becomes a data frame.
-pub(super) fn uns_array_layout(array: &ArrayObject) -> io::Result<Option<(Vec<usize>, DataType)>> {
-    match array.soma_type {
-        SomaType::DenseNDArray => {
-            let Some(value) = array.schema.columns.iter().rfind(|c| !c.is_index) else {
-                return Ok(None);
-            };
-            let data_type = match &value.arrow_type {
-                DataType::Boolean => DataType::UInt8,
-                other => other.clone(),
-            };
-            Ok(Some((dense_shape(array), data_type)))
-        }
-        SomaType::SparseNDArray => Ok(None),
-        _ => {
-            let (first_column, columns) = match UnsFrame::of(array) {
-                UnsFrame::Strings1d => ("values", None),
-                UnsFrame::Strings2d => ("values_0", Some(strings_2d_columns(array).len())),
-                UnsFrame::Frame => return Ok(None),
-            };
-            let Some(first) = array.schema.columns.iter().find(|c| c.name == first_column) else {
-                return Ok(None);
-            };
-            let rows = array.stored_cells().map_err(crate::soma::Error::from)? as usize;
-            let shape = [rows].into_iter().chain(columns).collect();
-            Ok(Some((shape, first.arrow_type.clone())))
-        }
-    }
-}
-
-/// The shape of a dense uns array: its current domain.
-fn dense_shape(array: &ArrayObject) -> Vec<usize> {
-    (array.schema.shape.iter().flatten())
-        .map(|&n| n as usize)
-        .collect()
-}
-
-/// The columns of an uns data frame of strings in two dimensions: `values_0`, `values_1`, …
-fn strings_2d_columns(array: &ArrayObject) -> Vec<String> {
-    (0..)
-        .map(|i| format!("values_{i}"))
-        .take_while(|name| array.schema.columns.iter().any(|c| &c.name == name))
-        .collect()
-}
-
-/// An uns array: a dense array as an array of its shape; a sparse one as the data frame of
-/// its cells (`soma_dim_0`, `soma_dim_1`, …, `soma_data`); a data frame hinted as strings as
-/// an array of strings (one or two dimensions); any other data frame as a data frame.
-pub(super) fn uns_element(array: &ArrayObject) -> io::Result<UnsElement> {
-    let batches = anndata::read_all(array)?;
-    let column = |name: &str| -> io::Result<ArrayRef> {
-        let pieces = batches
-            .iter()
-            .map(|b| {
-                b.column_by_name(name)
-                    .map(|c| c.as_ref())
-                    .ok_or_else(|| io::Error::other(format!("{}: no column {name}", array.uri)))
-            })
-            .collect::<io::Result<Vec<_>>>()?;
-        if pieces.is_empty() {
-            let field = array.schema.arrow().field_with_name(name).cloned();
-            let data_type = field.map_or(DataType::LargeUtf8, |f| f.data_type().clone());
-            return Ok(arrow_array::new_empty_array(&data_type));
-        }
-        arrow_select::concat::concat(&pieces).map_err(io::Error::other)
-    };
-    match array.soma_type {
-        SomaType::DenseNDArray => {
-            let value = array.schema.columns.iter().rfind(|c| !c.is_index);
-            let mut values = column(value.map_or("soma_data", |c| c.name.as_str()))?;
-            if values.data_type() == &DataType::Boolean {
-                values = arrow_cast::cast(&values, &DataType::UInt8).map_err(io::Error::other)?;
-            }
-            Ok(UnsElement::Array {
-                shape: dense_shape(array),
-                values,
-            })
-        }
-        SomaType::SparseNDArray => Ok(UnsElement::Frame {
-            batches,
-            index: FrameIndex::RowNumbers,
-        }),
-        _ => match UnsFrame::of(array) {
-            UnsFrame::Strings1d => {
-                let values = column("values")?;
-                Ok(UnsElement::Array {
-                    shape: vec![values.len()],
-                    values,
-                })
-            }
-            UnsFrame::Strings2d => {
-                let columns = strings_2d_columns(array)
-                    .iter()
-                    .map(|name| column(name))
-                    .collect::<io::Result<Vec<_>>>()?;
-                let rows = columns.first().map_or(0, |c| c.len());
-                // Row by row: row i holds values_0[i], values_1[i], …
-                let order: Vec<(usize, usize)> = (0..rows)
-                    .flat_map(|i| (0..columns.len()).map(move |j| (j, i)))
-                    .collect();
-                let parts: Vec<&dyn arrow_array::Array> =
-                    columns.iter().map(|c| c.as_ref()).collect();
-                let values = arrow_select::interleave::interleave(&parts, &order)
-                    .map_err(io::Error::other)?;
-                Ok(UnsElement::Array {
-                    shape: vec![rows, columns.len()],
-                    values,
-                })
-            }
-            UnsFrame::Frame => {
-                let index = match anndata::index_column(array, "index") {
-                    Some((name, named)) => FrameIndex::Column { name, named },
-                    None => FrameIndex::RowNumbers,
-                };
-                Ok(UnsElement::Frame { batches, index })
-            }
-        },
+/// How an uns data frame read whole is indexed in its container: by the column its
+/// element names ([`anndata::uns_element`]), else by row numbers.
+pub(super) fn uns_frame_index(index: Option<(String, bool)>) -> FrameIndex {
+    match index {
+        Some((name, named)) => FrameIndex::Column { name, named },
+        None => FrameIndex::RowNumbers,
     }
 }
 
@@ -324,4 +206,42 @@ pub(super) fn uns_value(value: &MetadataValue) -> (ArrayRef, bool) {
         }
     };
     (array, scalar)
+}
+
+/// Where the entries per row of a container's CSR matrices are kept: in the content cache,
+/// with the files, as little-endian u64s.
+pub(super) struct CountsInCache(pub Arc<ContentCache>);
+
+impl std::fmt::Debug for CountsInCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("entries per row in the content cache")
+    }
+}
+
+impl RowCountsKept for CountsInCache {
+    fn kept(&self, name: &[&str]) -> io::Result<Option<Vec<u64>>> {
+        let key = CacheKey::new(name.iter().copied());
+        let Some((file, size)) = self.0.open_entry(&key) else {
+            return Ok(None);
+        };
+        let mut bytes = Vec::with_capacity(size as usize);
+        io::Read::read_to_end(&mut &file, &mut bytes)?;
+        let counts = bytes
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .collect();
+        Ok(Some(counts))
+    }
+
+    fn keep(&self, name: &[&str], what: &str, counts: &[u64]) {
+        let key = CacheKey::new(name.iter().copied());
+        let kept = generate_whole(&self.0, &key, what, |out| {
+            counts
+                .iter()
+                .try_for_each(|count| out.write_all(&count.to_le_bytes()))
+        });
+        if let Err(e) = kept {
+            warn!("{what} cannot be kept in the cache: {e:?}");
+        }
+    }
 }

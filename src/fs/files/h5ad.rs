@@ -20,7 +20,7 @@ use arrow_array::{Array as _, BooleanArray, RecordBatch};
 use crate::format::h5ad::{self, CsrWriter, DenseWriter, FrameIndex, FrameWriter, H5ad};
 use crate::soma::anndata::{
     self, Along, AnnDataElements, AnnDataExperiment, AnnDataMeasurement, Axis, FrameElement,
-    FrameRows, Layout, MatrixColumns, MatrixElement, UnsCollection, UnsMember,
+    FrameRows, Layout, MatrixColumns, MatrixElement, UnsCollection, UnsElement, UnsMember,
 };
 use crate::soma::{ArrayObject, Selection};
 use crate::tiledb::{MetadataValue, Value};
@@ -31,8 +31,8 @@ use super::super::error::FsResult;
 use super::super::names::file_name;
 use super::super::open_file::OpenFile;
 use super::anndata::{
-    frame_columns, frame_index, matrix_type, measurement_key, scan_frame, uns_element, uns_value,
-    UnsElement,
+    frame_columns, frame_index, matrix_type, measurement_key, scan_frame, uns_frame_index,
+    uns_value,
 };
 use super::{FileContext, FileKind};
 
@@ -255,10 +255,10 @@ fn write_uns(group: &HdfGroup, collection: &UnsCollection) -> io::Result<()> {
 }
 
 fn write_uns_array(group: &HdfGroup, key: &str, array: &ArrayObject) -> io::Result<()> {
-    match uns_element(array)? {
+    match anndata::uns_element(array)? {
         UnsElement::Array { shape, values } => h5ad::write_array(group, key, &shape, &values),
         UnsElement::Frame { batches, index } => {
-            write_frame_rows(group, key, array, &batches, index)
+            write_frame_rows(group, key, array, &batches, uns_frame_index(index))
         }
     }
 }
@@ -271,10 +271,7 @@ fn write_frame_rows(
     batches: &[RecordBatch],
     index: FrameIndex,
 ) -> io::Result<()> {
-    let mut rows = FrameRows::default();
-    for batch in batches {
-        rows.add(batch);
-    }
+    let rows = FrameRows::of(batches);
     let mut writer = frame_writer(group, key, frame, &rows, index)?;
     for batch in batches {
         writer.append(batch)?;

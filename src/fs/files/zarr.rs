@@ -16,27 +16,19 @@
 //! columns encoded by it hold a null: integers, booleans and texts, counted by libtiledb
 //! without reading their values where it can; no other column is read), the shape of each
 //! uns array (from its schema and cell count: the values of them all are read when a chunk
-//! of one is opened; an uns data frame is read whole) and each
-//! CSR matrix's number of entries (the length of `data` and `indices`), which the array's
-//! fragments tell when no two of them share a row and every cell is on obs and var
-//! ([`anndata::row_blocks`]): the usual store is listed without reading a matrix. Its rows
-//! then fall in blocks, one per fragment, whose entries are known; a block's entries per
-//! row (what `indptr` holds) are counted from the coordinates alone
-//! ([`anndata::row_counts`]) when a chunk first needs one of its rows or entries, once per
-//! array snapshot, and kept in the cache, so that a daemon started again on the same cache
-//! does not count them again. A matrix whose fragments cannot tell is counted whole, as one
-//! block, when listed. A chunk of `indptr` (8,192 rows) counts only the blocks its rows
-//! fall in, and a chunk of `data` or `indices` reads only the rows that hold its entries.
+//! of one is opened; an uns data frame is read whole) and each CSR matrix's number of
+//! entries (the length of `data` and `indices`), which the array's fragments tell for the
+//! usual store without reading the matrix ([`anndata::csr`]). A chunk of `indptr` (8,192
+//! rows) counts the entries per row of only the blocks of rows it falls in, once per array
+//! snapshot (the counts are kept in the cache, so that a daemon started again on the same
+//! cache does not count them again); a chunk of `data` or `indices` reads only the rows
+//! that hold its entries.
 
-use std::collections::VecDeque;
 use std::io;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
-use arrow_array::{Array as _, ArrayRef, BooleanArray, Int64Array, RecordBatch};
+use arrow_array::{Array as _, ArrayRef, Int64Array};
 use arrow_schema::DataType;
 use log::warn;
 use serde_json::{json, Map, Value as Json};
@@ -44,14 +36,13 @@ use serde_json::{json, Map, Value as Json};
 use crate::format::anndata::{is_text, ColumnEncoding, ColumnSpec, Encoding};
 use crate::format::h5ad::FrameIndex;
 use crate::format::zarr::{self, ArrayMeta, Dtype};
-use crate::soma::anndata::csr::{self, EntryBlock, EntryBlocks};
 use crate::soma::anndata::{
-    self, Along, AnnDataElements, Axis, FrameRows, Layout, MatrixColumns, MatrixElement,
-    UnsCollection, UnsMember,
+    self, AnnDataElements, AxisRows, ColumnPart, CsrPart, CsrSource, FrameRows, FrameSource,
+    MatrixElement, MatrixSource, ObsVarRows, UnsCollection, UnsElement, UnsMember, UnsTogether,
+    UnsValues,
 };
-use crate::soma::joinids::Positions;
 use crate::soma::ArrayObject;
-use crate::sync::{at_once, map_at_once, Recover, SingleFlight};
+use crate::sync::{at_once, map_at_once};
 
 use super::super::cache::{CacheKey, ContentCache};
 use super::super::data::{generate_whole, open_generated};
@@ -59,8 +50,8 @@ use super::super::error::FsResult;
 use super::super::names::file_name;
 use super::super::open_file::OpenFile;
 use super::anndata::{
-    frame_columns, frame_index, matrix_type, measurement_key, scan_frame, uns_array_layout,
-    uns_element, uns_value, UnsElement,
+    frame_columns, frame_index, matrix_type, measurement_key, scan_frame, uns_frame_index,
+    uns_value, CountsInCache,
 };
 use super::{FileContext, FileKind};
 
@@ -75,7 +66,7 @@ pub struct ZarrStore {
 struct Origin {
     elements: AnnDataElements,
     /// Where the entries per row of its CSR matrices are kept, with the chunks.
-    cache: Arc<ContentCache>,
+    counts: Arc<CountsInCache>,
     /// Its uns arrays laid out from their schemas, read together.
     uns: UnsTogether,
 }
@@ -134,7 +125,7 @@ impl ZarrStore {
         Arc::new(ZarrStore {
             origin: Arc::new(Origin {
                 elements,
-                cache,
+                counts: Arc::new(CountsInCache(cache)),
                 uns: UnsTogether::default(),
             }),
             root: OnceLock::new(),
@@ -234,422 +225,13 @@ impl FileKind for ZarrChunk {
 }
 
 // ---------------------------------------------------------------------------------------
-// where chunks come from
-
-/// The rows of obs or var: their join ids in order, each at its place.
-#[derive(Debug)]
-struct AxisRows {
-    positions: Positions,
-    /// What identifies them: the data frame's snapshot.
-    id: String,
-}
-
-impl AxisRows {
-    /// The rows a first pass over a data frame found (their join ids are taken).
-    fn new(frame: &ArrayObject, rows: &mut FrameRows) -> Arc<AxisRows> {
-        Arc::new(AxisRows {
-            positions: std::mem::take(&mut rows.joinids),
-            id: frame.content_id.clone(),
-        })
-    }
-}
-
-/// The columns of a matrix: obs's or var's rows, or plain indices (obsm and varm).
-#[derive(Debug, Clone)]
-enum Columns {
-    Rows(Arc<AxisRows>),
-    Indices(usize),
-}
-
-/// A matrix read from a two-dimensional array: its rows are obs's or var's.
-#[derive(Debug)]
-struct MatrixSource {
-    array: Arc<ArrayObject>,
-    rows: Arc<AxisRows>,
-    cols: Columns,
-    value_type: DataType,
-}
-
-impl MatrixSource {
-    fn axes(&self) -> (Axis<'_>, Axis<'_>) {
-        let cols = match &self.cols {
-            Columns::Rows(rows) => Axis::Joinids(&rows.positions),
-            Columns::Indices(n) => Axis::Indices(*n),
-        };
-        (Axis::Joinids(&self.rows.positions), cols)
-    }
-
-    fn axes_id(&self) -> String {
-        match &self.cols {
-            Columns::Rows(cols) => format!("{}\n{}", self.rows.id, cols.id),
-            Columns::Indices(n) => format!("{}\n{n}", self.rows.id),
-        }
-    }
-
-    /// Visits the cells of the rows `rows` (positions), in order, a batch at a time: the
-    /// places (row, column) of the cells on the axes, which of the batch's cells are (the
-    /// others are left out), and the batch's values.
-    fn cells(
-        &self,
-        rows: Range<usize>,
-        mut visit: impl FnMut(&[(usize, usize)], &[bool], &ArrayRef) -> io::Result<()>,
-    ) -> io::Result<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let (row_axis, col_axis) = self.axes();
-        let runs = self.rows.positions.runs_at(rows);
-        anndata::read_cells(&self.array, Some(&runs), |row_ids, col_ids, values| {
-            let mut places = Vec::with_capacity(row_ids.len());
-            let mut keep = Vec::with_capacity(row_ids.len());
-            for (&r, &c) in row_ids.iter().zip(col_ids) {
-                let place = row_axis.at(r).zip(col_axis.at(c));
-                keep.push(place.is_some());
-                places.extend(place);
-            }
-            visit(&places, &keep, values)
-        })?;
-        Ok(())
-    }
-
-    /// Values kept (`keep`) and cast to the matrix's value type.
-    fn values(&self, values: &ArrayRef, keep: &[bool]) -> io::Result<ArrayRef> {
-        let mut values = if keep.iter().all(|&k| k) {
-            values.clone()
-        } else {
-            arrow_select::filter::filter(values, &BooleanArray::from(keep.to_vec()))
-                .map_err(io::Error::other)?
-        };
-        if values.data_type() != &self.value_type {
-            values = arrow_cast::cast(&values, &self.value_type).map_err(io::Error::other)?;
-        }
-        Ok(values)
-    }
-}
-
-/// A CSR matrix: its source, its rows in blocks of known entries, and its entries read last.
-#[derive(Debug)]
-struct CsrSource {
-    matrix: MatrixSource,
-    /// Its rows in blocks, in order.
-    blocks: EntryBlocks,
-    /// Where the entries per row are kept.
-    origin: Arc<Origin>,
-    /// The entries read last, the latest first ([`HELD_READS`] at most).
-    last: Mutex<VecDeque<Arc<HeldEntries>>>,
-    /// Reads under way, by range: a reader of the same entries (`indices` after `data`)
-    /// waits for the one reading them and takes its read.
-    reading: SingleFlight<Range<u64>, Result<Arc<HeldEntries>, String>>,
-}
+// chunks: the element read each needs
 
 /// Rows of a CSR matrix's `indptr` in a chunk (64 KiB): a chunk needs the entries per row
 /// of the blocks its rows fall in counted, so that a slice of a few rows counts those of a
 /// fragment or two rather than of the whole matrix, as chunks of [`zarr::CHUNK_BYTES`]
 /// (131,072 rows) would.
 const INDPTR_CHUNK_ROWS: u64 = 1 << 13;
-
-/// How many reads of entries a CSR matrix keeps: a reader that reads chunks of `data` and
-/// `indices` on several threads asks for a few ranges in turn, each twice.
-const HELD_READS: usize = 4;
-
-#[derive(Debug, Clone, Copy)]
-enum CsrPart {
-    Data,
-    Indices,
-    Indptr,
-}
-
-impl CsrSource {
-    /// A CSR matrix of `matrix`: in the blocks of rows its fragments tell the entries of,
-    /// else in one block of every row, counted now.
-    fn new(matrix: MatrixSource, origin: Arc<Origin>) -> io::Result<CsrSource> {
-        let (rows, _) = matrix.axes();
-        let place = |joinid: i64| rows.at(joinid);
-        let told = anndata::row_blocks(&matrix.array, matrix.axes())?.and_then(|blocks| {
-            let mut before = 0;
-            blocks
-                .into_iter()
-                .map(|block| {
-                    let (lo, hi) = block.joinids;
-                    let places = place(lo)?..place(hi)? + 1;
-                    let told = EntryBlock {
-                        joinids: Some(block.joinids),
-                        places,
-                        before,
-                        entries: block.entries,
-                        offsets: Mutex::new(None),
-                    };
-                    before += block.entries;
-                    Some(told)
-                })
-                .collect::<Option<Vec<EntryBlock>>>()
-        });
-        let blocks = match told {
-            Some(blocks) => blocks,
-            None => {
-                let mut every_row = EntryBlock {
-                    joinids: None,
-                    places: 0..rows.len(),
-                    before: 0,
-                    entries: 0,
-                    offsets: Mutex::new(None),
-                };
-                let offsets = csr::offsets(0, block_counts(&origin.cache, &matrix, &every_row)?);
-                every_row.entries = offsets.last().copied().unwrap_or(0);
-                every_row.offsets = Mutex::new(Some(offsets.into()));
-                vec![every_row]
-            }
-        };
-        Ok(CsrSource {
-            matrix,
-            blocks: EntryBlocks(blocks),
-            origin,
-            last: Mutex::new(VecDeque::new()),
-            reading: SingleFlight::default(),
-        })
-    }
-
-    /// The length of `data` and `indices`.
-    fn entries(&self) -> u64 {
-        self.blocks.entries()
-    }
-
-    /// Where each row of block `b` starts, then where its last ends: counted once, and the
-    /// count kept in the cache ([`block_counts`]).
-    fn offsets(&self, b: usize) -> io::Result<Arc<[u64]>> {
-        let block = &self.blocks.0[b];
-        let mut offsets = block.offsets.lock().recover();
-        if let Some(known) = &*offsets {
-            return Ok(known.clone());
-        }
-        let counts = block_counts(&self.origin.cache, &self.matrix, block)?;
-        let counted = csr::offsets(block.before, counts);
-        let end = block.before + block.entries;
-        if counted.last() != Some(&end) {
-            return Err(io::Error::other(format!(
-                "{}: {} entries counted in {:?}, {} in its fragments",
-                self.matrix.array.uri,
-                counted.last().unwrap_or(&0) - block.before,
-                block.joinids,
-                block.entries
-            )));
-        }
-        Ok(offsets.insert(counted.into()).clone())
-    }
-
-    /// `indptr` at the places `places`: counts only the blocks they fall in.
-    fn indptr(&self, places: Range<usize>) -> io::Result<Vec<u64>> {
-        // Blocks are counted on this thread, one after the other: a count is kept in the
-        // cache as a generation nested in this chunk's, which holds its generation slot;
-        // on other threads each would wait for a slot of its own, which the chunks
-        // waiting for them may all hold.
-        self.blocks.indptr(places, |b| self.offsets(b))
-    }
-
-    /// The place of the row that holds entry `entry` (below [`Self::entries`]).
-    fn place_of(&self, entry: u64) -> io::Result<usize> {
-        self.blocks
-            .place_of(entry, |b| self.offsets(b))?
-            .ok_or_else(|| io::Error::other(format!("{}: no entry {entry}", self.matrix.array.uri)))
-    }
-
-    /// The values or column positions of the entries `entries`. Both are read at once and
-    /// kept: a reader that wants one wants the other next.
-    fn entries_of(&self, entries: Range<u64>, part: CsrPart) -> io::Result<ArrayRef> {
-        let held = || -> Option<Arc<HeldEntries>> {
-            let last = self.last.lock().recover();
-            last.iter().find(|held| held.entries == entries).cloned()
-        };
-        let read = match held() {
-            Some(read) => read,
-            None => self
-                .reading
-                .run(entries.clone(), || {
-                    // A read that ended just before this one's flight began is as good.
-                    if let Some(read) = held() {
-                        return Ok(read);
-                    }
-                    let read = Arc::new(
-                        self.read_entries(entries.clone())
-                            .map_err(|e| e.to_string())?,
-                    );
-                    let mut last = self.last.lock().recover();
-                    last.truncate(HELD_READS - 1);
-                    last.push_front(read.clone());
-                    Ok(read)
-                })
-                .map_err(io::Error::other)?,
-        };
-        Ok(match part {
-            CsrPart::Data => read.values.clone(),
-            _ => read.columns.clone(),
-        })
-    }
-
-    fn read_entries(&self, entries: Range<u64>) -> io::Result<HeldEntries> {
-        let rows = if entries.is_empty() {
-            0..0
-        } else {
-            self.place_of(entries.start)?..self.place_of(entries.end - 1)? + 1
-        };
-        let mut at = match rows.is_empty() {
-            true => entries.start,
-            false => self.indptr(rows.start..rows.start + 1)?[0],
-        };
-        let mut pieces: Vec<ArrayRef> = Vec::new();
-        let mut columns: Vec<i64> = Vec::new();
-        self.matrix.cells(rows, |places, keep, values| {
-            // The kept entries of this batch that fall in `entries`.
-            let first = entries.start.saturating_sub(at).min(places.len() as u64) as usize;
-            let last = entries.end.saturating_sub(at).min(places.len() as u64) as usize;
-            at += places.len() as u64;
-            if first >= last {
-                return Ok(());
-            }
-            let values = self.matrix.values(values, keep)?;
-            pieces.push(values.slice(first, last - first));
-            columns.extend(places[first..last].iter().map(|&(_, c)| c as i64));
-            Ok(())
-        })?;
-        let pieces: Vec<&dyn arrow_array::Array> = pieces.iter().map(|p| p.as_ref()).collect();
-        let values = if pieces.is_empty() {
-            arrow_array::new_empty_array(&self.matrix.value_type)
-        } else {
-            arrow_select::concat::concat(&pieces).map_err(io::Error::other)?
-        };
-        if values.len() as u64 != entries.end - entries.start {
-            return Err(io::Error::other(format!(
-                "{}: {} entries read of the {} counted",
-                self.matrix.array.uri,
-                values.len(),
-                entries.end - entries.start
-            )));
-        }
-        Ok(HeldEntries {
-            entries,
-            values,
-            columns: Arc::new(Int64Array::from(columns)),
-        })
-    }
-}
-
-/// The entries per row of `block` of a matrix: from the cache, where they are kept per
-/// array snapshot (and obs's and var's) across daemons that share it; else counted, and
-/// kept there.
-fn block_counts(
-    cache: &ContentCache,
-    source: &MatrixSource,
-    block: &EntryBlock,
-) -> io::Result<Vec<u64>> {
-    let axes_id = source.axes_id();
-    let which = match block.joinids {
-        Some((lo, hi)) => format!("rows {lo}-{hi}"),
-        None => "every row".to_owned(),
-    };
-    let key = CacheKey::of(|digest| {
-        digest
-            .text("entries per row")
-            .text(&source.array.content_id)
-            .text(&axes_id)
-            .text(&which);
-    });
-    if let Some((file, size)) = cache.open_entry(&key) {
-        let mut bytes = Vec::with_capacity(size as usize);
-        io::Read::read_to_end(&mut &file, &mut bytes)?;
-        let counts: Vec<u64> = bytes
-            .chunks_exact(8)
-            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-            .collect();
-        if counts.len() == block.places.len() {
-            return Ok(counts);
-        }
-    }
-    let counts = anndata::row_counts(
-        &source.array,
-        source.axes(),
-        block.joinids,
-        block.places.clone(),
-    )?;
-    let what = format!("{}: entries per row of {which}", source.array.uri);
-    let kept = generate_whole(cache, &key, &what, |out| {
-        counts
-            .iter()
-            .try_for_each(|count| out.write_all(&count.to_le_bytes()))
-    });
-    if let Err(e) = kept {
-        warn!("{what} cannot be kept in the cache: {e:?}");
-    }
-    Ok(counts)
-}
-
-/// The entries of a CSR matrix read once: their range, values and column positions.
-#[derive(Debug)]
-struct HeldEntries {
-    entries: Range<u64>,
-    values: ArrayRef,
-    columns: ArrayRef,
-}
-
-/// A data frame's rows.
-#[derive(Debug)]
-struct FrameSource {
-    frame: Arc<ArrayObject>,
-    rows: FrameRowsAt,
-}
-
-/// Where a data frame's rows are.
-#[derive(Debug)]
-enum FrameRowsAt {
-    /// In the array, read a column at a time when asked: obs's or var's rows.
-    Array(Arc<AxisRows>),
-    /// Read whole already (uns): the batches, and how many rows they hold.
-    Read(Vec<RecordBatch>, usize),
-}
-
-impl FrameSource {
-    fn len(&self) -> usize {
-        match &self.rows {
-            FrameRowsAt::Array(rows) => rows.positions.len(),
-            FrameRowsAt::Read(_, count) => *count,
-        }
-    }
-
-    fn column(&self, name: &str, rows: Range<usize>) -> io::Result<ArrayRef> {
-        let batches = match &self.rows {
-            FrameRowsAt::Array(axis) => {
-                let column = anndata::read_frame_column(&self.frame, name, &axis.positions, rows);
-                return Ok(column?);
-            }
-            FrameRowsAt::Read(batches, _) => batches,
-        };
-        let pieces = batches
-            .iter()
-            .map(|b| {
-                b.column_by_name(name)
-                    .map(|c| c.as_ref())
-                    .ok_or_else(|| io::Error::other(format!("no column {name} in the rows read")))
-            })
-            .collect::<io::Result<Vec<_>>>()?;
-        let all = match pieces.as_slice() {
-            [] => return Ok(arrow_array::new_empty_array(&DataType::LargeUtf8)),
-            _ => arrow_select::concat::concat(&pieces).map_err(io::Error::other)?,
-        };
-        Ok(all.slice(rows.start, rows.len()))
-    }
-}
-
-/// What of a data frame column an array holds.
-#[derive(Debug, Clone)]
-enum ColumnPart {
-    /// The values, as numbers of this type, booleans or text.
-    Values(DataType),
-    /// Whether each is null.
-    Mask,
-    /// The dictionary keys as codes of this type, -1 for null.
-    Codes(DataType),
-    /// Row numbers from 0 (the index of a data frame without one).
-    RowNumbers,
-}
 
 /// Where an array's chunks come from.
 #[derive(Debug)]
@@ -666,64 +248,6 @@ enum Content {
     Csr(Arc<CsrSource>, CsrPart),
     /// A dense matrix, cells not stored being 0.
     Dense(Arc<MatrixSource>),
-}
-
-/// An uns array laid out from its schema and cell count ([`uns_array_layout`]), its values
-/// read whole when a chunk first needs them and then held.
-#[derive(Debug)]
-struct UnsValues {
-    array: Arc<ArrayObject>,
-    /// The shape it was laid out with: the values read must fill it.
-    shape: Vec<usize>,
-    /// Held while they are read: a second reader waits for them.
-    read: Mutex<Option<ArrayRef>>,
-}
-
-impl UnsValues {
-    fn values(&self) -> io::Result<ArrayRef> {
-        let mut read = self.read.lock().recover();
-        if let Some(values) = &*read {
-            return Ok(values.clone());
-        }
-        let values = match uns_element(&self.array)? {
-            UnsElement::Array { shape, values } if shape == self.shape => values,
-            _ => {
-                return Err(io::Error::other(format!(
-                    "{}: read, it is not the array of shape {:?} its schema and cell count \
-                     told",
-                    self.array.uri, self.shape
-                )))
-            }
-        };
-        *read = Some(values.clone());
-        Ok(values)
-    }
-}
-
-/// A store's uns arrays that are read when a chunk needs them ([`UnsValues`]), all read at
-/// once, [`anndata::AT_ONCE`] at a time, when a chunk first needs one: anndata reads uns
-/// whole when it opens a store, a chunk after another, and one read after another would
-/// cost a round trip or two each over a network.
-#[derive(Debug, Default)]
-struct UnsTogether {
-    arrays: Mutex<Vec<Weak<UnsValues>>>,
-    started: AtomicBool,
-}
-
-impl UnsTogether {
-    /// Reads every array once, the first time it is called (a failed read is read again,
-    /// and reported, by the chunk that needs it).
-    fn read_all(&self) {
-        if self.started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let arrays: Vec<Arc<UnsValues>> = (self.arrays.lock().recover().iter())
-            .filter_map(Weak::upgrade)
-            .collect();
-        map_at_once(&arrays, anndata::AT_ONCE, |uns| {
-            let _ = uns.values();
-        });
-    }
 }
 
 impl ZarrArray {
@@ -749,7 +273,7 @@ impl ZarrArray {
                 frame,
                 column,
                 part,
-            } => column_part(frame, column, part, start..end)?,
+            } => frame.column_part(column, part, start..end)?,
             Content::Csr(csr, CsrPart::Indptr) => {
                 let pointers = csr.indptr(start..end)?.into_iter().map(|p| p as i64);
                 Arc::new(Int64Array::from_iter_values(pointers))
@@ -790,43 +314,6 @@ impl ZarrArray {
     }
 }
 
-/// The values of a part of a data frame column for some rows.
-fn column_part(
-    frame: &FrameSource,
-    column: &str,
-    part: &ColumnPart,
-    rows: Range<usize>,
-) -> io::Result<ArrayRef> {
-    if let ColumnPart::RowNumbers = part {
-        return Ok(Arc::new(Int64Array::from_iter_values(
-            rows.start as i64..rows.end as i64,
-        )));
-    }
-    let values = frame.column(column, rows)?;
-    Ok(match part {
-        ColumnPart::Values(t) if values.data_type() != t && !is_text(t) => {
-            arrow_cast::cast(&values, t).map_err(io::Error::other)?
-        }
-        ColumnPart::Values(_) | ColumnPart::RowNumbers => values,
-        ColumnPart::Mask => {
-            let nulls = values.logical_nulls();
-            let mask =
-                (0..values.len()).map(|i| Some(nulls.as_ref().is_some_and(|n| n.is_null(i))));
-            Arc::new(mask.collect::<BooleanArray>())
-        }
-        ColumnPart::Codes(t) => {
-            let keys = values
-                .as_any_dictionary_opt()
-                .ok_or_else(|| io::Error::other(format!("{column}: not a dictionary")))?
-                .keys();
-            let keys = arrow_cast::cast(keys, &DataType::Int64).map_err(io::Error::other)?;
-            let keys = keys.as_primitive::<Int64Type>();
-            let codes: Int64Array = keys.iter().map(|k| Some(k.unwrap_or(-1))).collect();
-            arrow_cast::cast(&codes, t).map_err(io::Error::other)?
-        }
-    })
-}
-
 // ---------------------------------------------------------------------------------------
 // the tree
 
@@ -836,6 +323,11 @@ fn encoding_attrs(encoding: Encoding) -> Map<String, Json> {
     attrs.insert("encoding-type".into(), json!(kind));
     attrs.insert("encoding-version".into(), json!(version));
     attrs
+}
+
+/// A column's values as numbers or booleans of type `t`, or as text (as they are read).
+fn values_as(t: DataType) -> ColumnPart {
+    ColumnPart::Values((!is_text(&t)).then_some(t))
 }
 
 /// Makes the members of groups, each at its path.
@@ -897,7 +389,7 @@ impl Builder<'_> {
         frame: &Arc<FrameSource>,
         (column, part): (&str, ColumnPart),
         dtype: Dtype,
-        encoding: Option<Encoding>,
+        encoding: Encoding,
     ) -> ZarrNode {
         let meta = ArrayMeta::new(vec![frame.len() as u64], dtype);
         let content = Content::Column {
@@ -905,8 +397,7 @@ impl Builder<'_> {
             column: column.to_owned(),
             part,
         };
-        let attrs = encoding.map(encoding_attrs).unwrap_or_default();
-        self.array(path, meta, attrs, content)
+        self.array(path, meta, encoding_attrs(encoding), content)
     }
 
     /// A data frame: its index, then its columns, each as anndata encodes it.
@@ -928,22 +419,21 @@ impl Builder<'_> {
         attrs.insert("column-order".into(), json!(order));
         let mut members = Vec::new();
         let index_path = format!("{path}/{index_name}");
-        let index_array = match &index {
-            FrameIndex::Column { name, .. } => self.column(
-                &index_path,
-                &frame,
-                (name, ColumnPart::Values(DataType::LargeUtf8)),
+        let (column, part, dtype, encoding) = match &index {
+            FrameIndex::Column { name, .. } => (
+                name.as_str(),
+                ColumnPart::Values(None),
                 Dtype::Text,
-                Some(Encoding::StringArray),
+                Encoding::StringArray,
             ),
-            FrameIndex::RowNumbers => self.column(
-                &index_path,
-                &frame,
-                ("", ColumnPart::RowNumbers),
+            FrameIndex::RowNumbers => (
+                "",
+                ColumnPart::RowNumbers,
                 Dtype::Number(DataType::Int64),
-                Some(Encoding::Array),
+                Encoding::Array,
             ),
         };
+        let index_array = self.column(&index_path, &frame, (column, part), dtype, encoding);
         members.push((index_name, index_array));
         for (spec, name) in &columns {
             let at = format!("{path}/{name}");
@@ -959,52 +449,45 @@ impl Builder<'_> {
         spec: &ColumnSpec,
     ) -> io::Result<ZarrNode> {
         let name = spec.name.as_str();
+        let array =
+            |at: &str, part, dtype, encoding| self.column(at, frame, (name, part), dtype, encoding);
         let masked = |values: Dtype, values_encoding: Encoding, encoding: Encoding| {
-            let values_part = (name, ColumnPart::Values(spec.data_type.clone()));
-            let values = self.column(
+            let values_part = values_as(spec.data_type.clone());
+            let values = array(
                 &format!("{path}/values"),
-                frame,
                 values_part,
                 values,
-                Some(values_encoding),
+                values_encoding,
             );
-            let mask = self.column(
+            let mask = array(
                 &format!("{path}/mask"),
-                frame,
-                (name, ColumnPart::Mask),
+                ColumnPart::Mask,
                 Dtype::Bool,
-                Some(Encoding::Array),
+                Encoding::Array,
             );
             group(
                 encoding_attrs(encoding),
                 vec![("values".into(), values), ("mask".into(), mask)],
             )
         };
+        let booleans = ColumnPart::Values(Some(DataType::Boolean));
         Ok(match spec.encoding() {
-            ColumnEncoding::Numbers(t) => self.column(
+            ColumnEncoding::Numbers(t) => array(
                 path,
-                frame,
-                (name, ColumnPart::Values(t.clone())),
+                values_as(t.clone()),
                 Dtype::Number(t),
-                Some(Encoding::Array),
+                Encoding::Array,
             ),
-            ColumnEncoding::Booleans { nullable: false } => self.column(
-                path,
-                frame,
-                (name, ColumnPart::Values(DataType::Boolean)),
-                Dtype::Bool,
-                Some(Encoding::Array),
-            ),
+            ColumnEncoding::Booleans { nullable: false } => {
+                array(path, booleans, Dtype::Bool, Encoding::Array)
+            }
             ColumnEncoding::Booleans { nullable: true } => {
                 masked(Dtype::Bool, Encoding::Array, Encoding::NullableBoolean)
             }
-            ColumnEncoding::Texts { nullable: false } => self.column(
-                path,
-                frame,
-                (name, ColumnPart::Values(DataType::LargeUtf8)),
-                Dtype::Text,
-                Some(Encoding::StringArray),
-            ),
+            ColumnEncoding::Texts { nullable: false } => {
+                let texts = ColumnPart::Values(None);
+                array(path, texts, Dtype::Text, Encoding::StringArray)
+            }
             ColumnEncoding::Texts { nullable: true } => {
                 masked(Dtype::Text, Encoding::StringArray, Encoding::NullableString)
             }
@@ -1018,12 +501,12 @@ impl Builder<'_> {
                 let labels = categories.labels.clone();
                 let shape = vec![labels.len() as u64];
                 let categories = self.values(&format!("{path}/categories"), shape, labels);
-                let codes = self.column(
+                let codes_part = ColumnPart::Codes(code_type.clone());
+                let codes = array(
                     &format!("{path}/codes"),
-                    frame,
-                    (name, ColumnPart::Codes(code_type.clone())),
+                    codes_part,
                     Dtype::Number(code_type),
-                    Some(Encoding::Array),
+                    Encoding::Array,
                 );
                 group(
                     attrs,
@@ -1033,13 +516,15 @@ impl Builder<'_> {
         })
     }
 
-    /// A matrix: CSR or dense, as `layout` and the array say.
-    fn matrix(&self, path: &str, source: MatrixSource, layout: Layout) -> io::Result<ZarrNode> {
-        let (value_type, dense) = matrix_type(&source.array, layout)?;
-        let source = MatrixSource {
-            value_type,
-            ..source
-        };
+    /// A matrix placed on `rows`: CSR or dense, as its layout and its array say.
+    fn matrix(
+        &self,
+        path: &str,
+        matrix: &MatrixElement,
+        rows: &ObsVarRows,
+    ) -> io::Result<ZarrNode> {
+        let (value_type, dense) = matrix_type(&matrix.array, matrix.layout)?;
+        let source = rows.matrix(&self.origin.elements, matrix, value_type)?;
         let (rows, cols) = source.axes();
         let shape = vec![rows.len() as u64, cols.len() as u64];
         if dense {
@@ -1047,28 +532,22 @@ impl Builder<'_> {
             let attrs = encoding_attrs(Encoding::Array);
             return Ok(self.array(path, meta, attrs, Content::Dense(Arc::new(source))));
         }
-        let csr = Arc::new(CsrSource::new(source, self.origin.clone())?);
+        let csr = Arc::new(CsrSource::new(source, self.origin.counts.clone())?);
         let total = csr.entries();
-        let index_type = if shape[1] <= i32::MAX as u64 {
-            DataType::Int32
-        } else {
-            DataType::Int64
-        };
-        let value_dtype = Dtype::of(&csr.matrix.value_type);
+        let index_dtype = Dtype::Number(match shape[1] <= i32::MAX as u64 {
+            true => DataType::Int32,
+            false => DataType::Int64,
+        });
+        let (value_dtype, pointers) = (Dtype::of(&csr.matrix.value_type), shape[0] + 1);
         let mut attrs = encoding_attrs(Encoding::CsrMatrix);
         attrs.insert("shape".into(), json!(shape));
         let parts = [
             ("data", value_dtype, total, CsrPart::Data),
-            (
-                "indices",
-                Dtype::Number(index_type),
-                total,
-                CsrPart::Indices,
-            ),
+            ("indices", index_dtype, total, CsrPart::Indices),
             (
                 "indptr",
                 Dtype::Number(DataType::Int64),
-                shape[0] + 1,
+                pointers,
                 CsrPart::Indptr,
             ),
         ];
@@ -1094,14 +573,14 @@ impl Builder<'_> {
         &self,
         path: &str,
         members: &[MatrixElement],
-        source: &(dyn Fn(&MatrixElement) -> io::Result<MatrixSource> + Sync),
+        rows: &ObsVarRows,
     ) -> io::Result<ZarrNode> {
         // At once: a sparse matrix's entries may be counted from its fragment list, a few
         // round trips of its own.
         let members = map_at_once(members, anndata::AT_ONCE, |member| {
             let name = file_name(&member.name);
             let at = format!("{path}/{name}");
-            let matrix = self.matrix(&at, source(member)?, member.layout)?;
+            let matrix = self.matrix(&at, member, rows)?;
             Ok((name, matrix))
         })
         .into_iter()
@@ -1118,16 +597,11 @@ impl Builder<'_> {
             let at = format!("{path}/{key}");
             let node = match member {
                 UnsMember::Collection(inner) => self.uns(&at, inner)?,
-                UnsMember::Array(array) => match uns_array_layout(array)? {
+                UnsMember::Array(array) => match anndata::uns_array_layout(array)? {
                     // Laid out from its schema, read when a chunk is opened.
                     Some((shape, data_type)) => {
-                        let values = Arc::new(UnsValues {
-                            array: array.clone(),
-                            shape: shape.clone(),
-                            read: Mutex::new(None),
-                        });
-                        let arrays = &self.origin.uns.arrays;
-                        arrays.lock().recover().push(Arc::downgrade(&values));
+                        let values = Arc::new(UnsValues::new(array.clone(), shape.clone()));
+                        self.origin.uns.add(&values);
                         let shape = shape.iter().map(|&n| n as u64).collect();
                         self.values_of(&at, shape, &data_type, Content::Uns(values))
                     }
@@ -1153,21 +627,14 @@ impl Builder<'_> {
 
     /// An uns array that is a data frame, read whole.
     fn uns_frame(&self, path: &str, array: &Arc<ArrayObject>) -> io::Result<ZarrNode> {
-        Ok(match uns_element(array)? {
+        Ok(match anndata::uns_element(array)? {
             UnsElement::Array { shape, values } => {
                 let shape = shape.into_iter().map(|n| n as u64).collect();
                 self.values(path, shape, values)
             }
             UnsElement::Frame { batches, index } => {
-                let mut rows = FrameRows::default();
-                for batch in &batches {
-                    rows.add(batch);
-                }
-                let frame = Arc::new(FrameSource {
-                    frame: array.clone(),
-                    rows: FrameRowsAt::Read(batches, rows.count),
-                });
-                self.frame(path, frame, &rows, index)?
+                let (frame, rows) = FrameSource::read(array, batches);
+                self.frame(path, Arc::new(frame), &rows, uns_frame_index(index))?
             }
         })
     }
@@ -1220,40 +687,19 @@ fn frames_and_matrices(b: &Builder) -> io::Result<Vec<(String, ZarrNode)>> {
         || scan_frame(&e.var.array, &e.var.rows, &var_index),
     );
     let (mut obs_rows, mut var_rows) = (obs_rows?, var_rows?);
-    let obs = AxisRows::new(&e.obs.array, &mut obs_rows);
-    let var = AxisRows::new(&e.var.array, &mut var_rows);
-    let lazy_frame = |frame: &Arc<ArrayObject>, rows: &Arc<AxisRows>| {
-        Arc::new(FrameSource {
-            frame: frame.clone(),
-            rows: FrameRowsAt::Array(rows.clone()),
-        })
+    let rows = ObsVarRows {
+        obs: AxisRows::new(&e.obs.array, &mut obs_rows),
+        var: AxisRows::new(&e.var.array, &mut var_rows),
     };
-    let obs_frame = b.frame("obs", lazy_frame(&e.obs.array, &obs), &obs_rows, obs_index)?;
-    let var_frame = b.frame("var", lazy_frame(&e.var.array, &var), &var_rows, var_index)?;
+    let obs_frame = FrameSource::of_rows(&e.obs.array, &rows.obs);
+    let obs_frame = b.frame("obs", Arc::new(obs_frame), &obs_rows, obs_index)?;
+    let var_frame = FrameSource::of_rows(&e.var.array, &rows.var);
+    let var_frame = b.frame("var", Arc::new(var_frame), &var_rows, var_index)?;
 
-    let rows_along = |along| match along {
-        Along::Obs => obs.clone(),
-        Along::Var => var.clone(),
-    };
-    let source = |matrix: &MatrixElement| -> io::Result<MatrixSource> {
-        let rows = rows_along(matrix.rows);
-        let cols = match matrix.columns {
-            MatrixColumns::Along(along) => Columns::Rows(rows_along(along)),
-            MatrixColumns::Width => {
-                Columns::Indices(e.width(matrix, rows.positions.len())? as usize)
-            }
-        };
-        Ok(MatrixSource {
-            array: matrix.array.clone(),
-            rows,
-            cols,
-            value_type: DataType::Null,
-        })
-    };
     type Make<'a> = Box<dyn Fn() -> io::Result<ZarrNode> + Sync + 'a>;
-    let x: Make = Box::new(|| b.matrix("X", source(&e.x)?, e.x.layout));
+    let x: Make = Box::new(|| b.matrix("X", &e.x, &rows));
     let mappings = e.mappings.iter().map(|mapping| -> (&str, Make) {
-        let make = || b.matrices(mapping.name, &mapping.members, &source);
+        let make = || b.matrices(mapping.name, &mapping.members, &rows);
         (mapping.name, Box::new(make))
     });
     let parts: Vec<(&str, Make)> = std::iter::once(("X", x)).chain(mappings).collect();

@@ -2,7 +2,9 @@
 //! arrays each measurement's AnnData is made of (obs, var, the X layers, obsm, varm, obsp,
 //! varp and the uns collection), which column indexes a data frame, and the reads an h5ad
 //! writer is fed from: a data frame's rows (all, or one category's), and a matrix's cells
-//! sorted by row then column (all, or those of some rows).
+//! sorted by row then column (all, or those of some rows). The reads of an element a few
+//! rows at a time, that a container serving it in pieces (the Zarr store) is fed from, are
+//! in [`reads`] and [`csr`]; what each uns array is, and its values, in [`uns`].
 //!
 //! Opening reads metadata and structure only; the reads are streams of record batches, so
 //! what they hold does not grow with the array.
@@ -21,10 +23,17 @@ use crate::tiledb::{self, Metadata, ObjectType, Value};
 
 pub mod csr;
 mod elements;
+mod reads;
+mod uns;
 
+pub use csr::{CsrPart, CsrSource, RowCountsKept};
 pub use elements::{
     Along, AnnDataElements, FrameElement, Layout, MatrixColumns, MatrixElement, MatrixMapping,
 };
+pub use reads::{
+    AxisRows, ColumnPart, Columns, FrameRowsAt, FrameSource, MatrixSource, ObsVarRows,
+};
+pub use uns::{uns_array_layout, uns_element, UnsElement, UnsTogether, UnsValues};
 
 use super::error::{Error, Result};
 use super::joinids::{joinids, Positions};
@@ -392,6 +401,15 @@ pub struct FrameRows {
 }
 
 impl FrameRows {
+    /// What a pass over rows read whole finds (their join ids are not taken).
+    pub fn of(batches: &[RecordBatch]) -> FrameRows {
+        let mut rows = FrameRows::default();
+        for batch in batches {
+            rows.add(batch);
+        }
+        rows
+    }
+
     /// Counts a batch of rows in: its size and its columns' nulls.
     pub fn add(&mut self, batch: &RecordBatch) {
         self.count += batch.num_rows();
