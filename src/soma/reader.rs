@@ -137,7 +137,7 @@ const RUNS_AHEAD: usize = 2;
 const CELLS_PER_QUERY: u64 = 4 << 20;
 
 /// The rows of the first dimension one query of a band-sorted read reads: sorted, disjoint,
-/// inclusive ranges, all within bands no other run reads rows of before it. Several ranges
+/// inclusive ranges, every one after those of the runs before it. Several ranges
 /// are read in one query, unordered: libtiledb reads several ranges of a dimension only
 /// row-major or unordered, and its unordered read of an array without duplicates is its
 /// global-order reader, whose cells arrive in global order all the same (which

@@ -28,7 +28,10 @@ anndata/<m>.h5ad; ms/<m>/where/<var filter>/ restricts genes too (var/, X/<layer
 10x/<layer>/, anndata.h5ad). The reference is tiledbsoma's exp.axis_query(...) (obs(),
 var(), X(layer).tables() with the store's join ids) and, for the h5ad files, the whole
 experiment's to_anndata restricted to the selected cells and genes (as test_anndata
-does for anndata/by/), cross-checked against the query's own to_anndata.
+does for anndata/by/), cross-checked against the query's own to_anndata. A query's
+scattered cells of an X written in fragments that overwrite each other's cells
+(test_exp_where_scattered_cells_of_an_overwritten_x) are checked against the whole X read
+in one range, then filtered.
 
 Two tiledbsoma 2.3.0 limits shape the references (the filters themselves are the
 contract's grammar): `not (<and/or/in>)` crashes tiledbsoma (a segfault), so such a

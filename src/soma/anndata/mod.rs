@@ -525,6 +525,29 @@ pub fn read_all(array: &ArrayObject) -> Result<Vec<RecordBatch>> {
     Ok(batches)
 }
 
+/// The column `name` of rows of `array` read whole ([`read_all`]), in one array; empty, of
+/// the schema's type, when no rows were read.
+pub fn column_of(
+    array: &ArrayObject,
+    batches: &[RecordBatch],
+    name: &str,
+) -> std::io::Result<ArrayRef> {
+    let pieces = batches
+        .iter()
+        .map(|b| {
+            b.column_by_name(name)
+                .map(|c| c.as_ref())
+                .ok_or_else(|| std::io::Error::other(format!("{}: no column {name}", array.uri)))
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    if pieces.is_empty() {
+        let field = array.schema.arrow().field_with_name(name).cloned();
+        let data_type = field.map_or(arrow_schema::DataType::LargeUtf8, |f| f.data_type().clone());
+        return Ok(arrow_array::new_empty_array(&data_type));
+    }
+    arrow_select::concat::concat(&pieces).map_err(std::io::Error::other)
+}
+
 /// Reads a two-dimensional array's cells, sorted by row then column, and hands each batch to
 /// `visit` as (row join ids, column join ids, values): every cell, or those in the rows
 /// `rows` (runs of join ids, sorted). A dense array's cells are those of its current domain.

@@ -16,7 +16,7 @@ use arrow_schema::DataType;
 
 use super::super::joinids::Positions;
 use super::super::object::ArrayObject;
-use super::{read_cells, read_frame_column, Along, AnnDataElements, Axis, FrameRows};
+use super::{column_of, read_cells, read_frame_column, Along, AnnDataElements, Axis, FrameRows};
 use super::{MatrixColumns, MatrixElement};
 
 /// The rows of obs or var: their join ids in order, each at its place.
@@ -220,18 +220,7 @@ impl FrameSource {
             }
             FrameRowsAt::Read(batches, _) => batches,
         };
-        let pieces = batches
-            .iter()
-            .map(|b| {
-                b.column_by_name(name)
-                    .map(|c| c.as_ref())
-                    .ok_or_else(|| io::Error::other(format!("no column {name} in the rows read")))
-            })
-            .collect::<io::Result<Vec<_>>>()?;
-        let all = match pieces.as_slice() {
-            [] => return Ok(arrow_array::new_empty_array(&DataType::LargeUtf8)),
-            _ => arrow_select::concat::concat(&pieces).map_err(io::Error::other)?,
-        };
+        let all = column_of(&self.frame, batches, name)?;
         Ok(all.slice(rows.start, rows.len()))
     }
 

@@ -17,7 +17,7 @@ use crate::sync::{map_at_once, Recover};
 use super::super::error::Error;
 use super::super::object::ArrayObject;
 use super::super::soma_type::SomaType;
-use super::{index_column, read_all, UnsFrame, AT_ONCE};
+use super::{column_of, index_column, read_all, UnsFrame, AT_ONCE};
 
 /// What an uns array is in the AnnData.
 pub enum UnsElement {
@@ -81,22 +81,7 @@ fn strings_2d_columns(array: &ArrayObject) -> Vec<String> {
 /// Reads an uns array whole, as what it is in the AnnData.
 pub fn uns_element(array: &ArrayObject) -> io::Result<UnsElement> {
     let batches = read_all(array)?;
-    let column = |name: &str| -> io::Result<ArrayRef> {
-        let pieces = batches
-            .iter()
-            .map(|b| {
-                b.column_by_name(name)
-                    .map(|c| c.as_ref())
-                    .ok_or_else(|| io::Error::other(format!("{}: no column {name}", array.uri)))
-            })
-            .collect::<io::Result<Vec<_>>>()?;
-        if pieces.is_empty() {
-            let field = array.schema.arrow().field_with_name(name).cloned();
-            let data_type = field.map_or(DataType::LargeUtf8, |f| f.data_type().clone());
-            return Ok(arrow_array::new_empty_array(&data_type));
-        }
-        arrow_select::concat::concat(&pieces).map_err(io::Error::other)
-    };
+    let column = |name: &str| column_of(array, &batches, name);
     match array.soma_type {
         SomaType::DenseNDArray => {
             let value = array.schema.columns.iter().rfind(|c| !c.is_index);
