@@ -1048,19 +1048,27 @@ def test_exp_where_10x_read_by_seurat(fixtures_dir, mounts):
 
 
 @pytest.mark.timeout(300)
-def test_exp_where_scattered_cells_of_an_overwritten_x(tmp_path):
-    """A query's scattered cells of an X written in three fragments, the later ones
+@pytest.mark.parametrize("seed", range(8))
+def test_exp_where_scattered_cells_of_an_overwritten_x(seed, tmp_path):
+    """A query's scattered cells of an X written in several fragments, the later ones
     overwriting cells of the earlier and adding others, over many bands: X/data/ holds the
     latest value of every cell of the selected rows, each once, sorted; as the whole X read
-    in one range (then filtered to the selected rows) and the query's own X agree."""
+    in one range (then filtered to the selected rows) and the query's own X agree. Each
+    seed picks the shape, the tile extents, capacity, cell and tile order (row-major X is
+    read in bands, column-major is not), the fragments and how many cells the filter
+    selects."""
     uri = tmp_path / "overwritten"
-    n_obs, n_var = 3000, 40
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
+    n_obs, n_var = int(rng.integers(500, 4000)), int(rng.integers(5, 60))
     obs_schema = pa.schema([("soma_joinid", pa.int64()), ("group", pa.int64())])
     var_schema = pa.schema([("soma_joinid", pa.int64()), ("var_id", pa.large_string())])
-    # Bands of 16 rows: the selected rows fall in many bands, several in a band.
-    small_tiles = tiledbsoma.TileDBCreateOptions(
-        dims={"soma_dim_0": {"tile": 16}, "soma_dim_1": {"tile": 8}}, capacity=256
+    order = ["row-major", "col-major"][seed % 2 if seed < 6 else 0]
+    tiles = tiledbsoma.TileDBCreateOptions(
+        dims={"soma_dim_0": {"tile": int(rng.choice([4, 16, 64, 2048]))},
+              "soma_dim_1": {"tile": int(rng.choice([2, 8, 64]))}},
+        capacity=int(rng.choice([64, 256, 100000])),
+        cell_order=order,
+        tile_order=order,
     )
     with tiledbsoma.Experiment.create(str(uri)) as exp:
         obs = exp.add_new_dataframe("obs", schema=obs_schema, domain=[(0, n_obs - 1)])
@@ -1070,10 +1078,10 @@ def test_exp_where_scattered_cells_of_an_overwritten_x(tmp_path):
         var = rna.add_new_dataframe("var", schema=var_schema, domain=[(0, n_var - 1)])
         var.write(pa.table({"soma_joinid": np.arange(n_var), "var_id": [f"g{i}" for i in range(n_var)]}, schema=var_schema))
         rna.add_new_collection("X").add_new_sparse_ndarray(
-            "data", type=pa.float32(), shape=(n_obs, n_var), platform_config=small_tiles
+            "data", type=pa.float32(), shape=(n_obs, n_var), platform_config=tiles
         ).close()
-    for fragment in range(3):
-        cells = rng.random((n_obs, n_var)) < 0.3
+    for fragment in range(int(rng.integers(1, 5))):
+        cells = rng.random((n_obs, n_var)) < rng.uniform(0.05, 0.5)
         rows, cols = np.nonzero(cells)
         # Each fragment at a later timestamp: the latest value of a cell is well defined.
         stamp = int(time.time() * 1000) + 10 * fragment
@@ -1083,7 +1091,9 @@ def test_exp_where_scattered_cells_of_an_overwritten_x(tmp_path):
                 "soma_dim_1": cols.astype(np.int64),
                 "soma_data": (rng.random(len(rows)) + fragment).astype(np.float32),
             }))
-    value_filter = "group in [3, 11]"
+    while time.time() * 1000 <= stamp + 1:  # every read below sees the last fragment
+        time.sleep(0.005)
+    value_filter = f"group in {sorted(rng.choice(23, int(rng.integers(1, 12)), replace=False).tolist())}"
     with tiledbsoma.Experiment.open(str(uri)) as exp:
         x = exp.ms["RNA"].X["data"]
         whole = x.read(result_order="row-major").tables().concat()
@@ -1091,7 +1101,6 @@ def test_exp_where_scattered_cells_of_an_overwritten_x(tmp_path):
         with exp.axis_query("RNA", obs_query=axis(value_filter)) as q:
             queried = sorted_by(q.X("data").tables().concat(), ["soma_dim_0", "soma_dim_1"])
         schema = x.schema
-    assert 150 < len(obs_j) < 400, "fixture bug: the filter should pick scattered rows"
     kept = whole.filter(pa.array(np.isin(whole.column("soma_dim_0").to_numpy(), obs_j)))
     kept = sorted_by(kept, ["soma_dim_0", "soma_dim_1"])
     assert values_equal(table_values(kept, schema), table_values(queried, schema)), (
