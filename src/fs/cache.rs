@@ -1,14 +1,17 @@
 //! The on-disk content cache: generated files, keyed by what they were generated from (the
 //! array's URI and fragments, the format, the slice), so a changed array gets a new key and
 //! is never served stale. Entries are written under a temporary name and renamed into place
-//! whole; the least recently used are removed to keep the total under the size limit.
+//! whole; the least recently used are removed to keep the total under the size limit. Content
+//! being written counts too: a writer makes room for its bytes before it writes them
+//! ([`Pending::make_room`]), so the cache stays under its limit while a large file is written,
+//! and content that cannot fit is told so before it has filled the disk.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use log::{debug, warn};
 
@@ -51,6 +54,9 @@ pub struct ContentCache {
     dir: PathBuf,
     limit_bytes: u64,
     entries: Mutex<HashMap<String, Entry>>,
+    /// Bytes made room for by content being written (not entries yet), shared with each
+    /// [`Pending`] so that it gives its room back when dropped.
+    writing: Arc<AtomicU64>,
     clock: AtomicU64,
     /// Keys being generated whole, so that concurrent opens generate an entry once.
     generating: SingleFlight<CacheKey, FsResult<()>>,
@@ -62,6 +68,19 @@ pub struct Pending {
     key: CacheKey,
     path: PathBuf,
     committed: bool,
+    /// The bytes this content has made room for, counted in the cache's `writing`.
+    room: u64,
+    writing: Arc<AtomicU64>,
+}
+
+/// Why content cannot be kept in the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoRoom(pub String);
+
+impl std::fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 impl Pending {
@@ -69,10 +88,41 @@ impl Pending {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Makes room in `cache` for the content to hold `size` bytes in all, evicting the least
+    /// recently used entries as needed. Room is made a step (`ROOM_STEP_BYTES`) ahead, so
+    /// that a writer takes the cache's lock seldom. Fails, evicting nothing, when `size` is
+    /// more than the cache's limit, or than what it leaves beside other content being
+    /// written.
+    pub fn make_room(&mut self, cache: &ContentCache, size: u64) -> Result<(), NoRoom> {
+        if size <= self.room {
+            return Ok(());
+        }
+        let size = size.max((self.room + ROOM_STEP_BYTES).min(cache.limit_bytes));
+        if size > cache.limit_bytes {
+            return Err(NoRoom(format!(
+                "it is larger than --cache-size ({} bytes)",
+                cache.limit_bytes
+            )));
+        }
+        let mut entries = cache.entries.lock().recover();
+        let more = size - self.room;
+        if self.writing.load(Ordering::Relaxed) + more > cache.limit_bytes {
+            return Err(NoRoom(format!(
+                "the cache's {} bytes are taken by other files being written",
+                cache.limit_bytes
+            )));
+        }
+        self.writing.fetch_add(more, Ordering::Relaxed);
+        self.room = size;
+        cache.evict_to_fit(&mut entries, None);
+        Ok(())
+    }
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
+        self.writing.fetch_sub(self.room, Ordering::Relaxed);
         if !self.committed {
             let _ = fs::remove_file(&self.path);
         }
@@ -80,6 +130,8 @@ impl Drop for Pending {
 }
 
 const SUFFIX: &str = ".data";
+/// Content being written makes room for this many more bytes at a time.
+const ROOM_STEP_BYTES: u64 = 16 << 20;
 const TMP_SUFFIX: &str = ".tmp";
 
 impl ContentCache {
@@ -102,6 +154,7 @@ impl ContentCache {
             dir: dir.to_owned(),
             limit_bytes,
             entries: Mutex::new(entries),
+            writing: Arc::default(),
             clock: AtomicU64::new(1),
             generating: SingleFlight::default(),
         })
@@ -109,6 +162,11 @@ impl ContentCache {
 
     fn path(&self, key: &CacheKey) -> PathBuf {
         self.dir.join(format!("{}{SUFFIX}", key.0))
+    }
+
+    /// The most the cache holds, in bytes (`--cache-size`).
+    pub fn limit_bytes(&self) -> u64 {
+        self.limit_bytes
     }
 
     /// The entries' bytes in all, the limit, and how many entries there are.
@@ -158,6 +216,8 @@ impl ContentCache {
                 key: key.clone(),
                 path,
                 committed: false,
+                room: 0,
+                writing: self.writing.clone(),
             },
             file,
         ))
@@ -177,11 +237,22 @@ impl ContentCache {
                 last_used: now,
             },
         );
-        let mut total: u64 = entries.values().map(|e| e.size).sum();
-        while total > self.limit_bytes && entries.len() > 1 {
+        // Its room is its entry's now.
+        self.writing.fetch_sub(pending.room, Ordering::Relaxed);
+        pending.room = 0;
+        self.evict_to_fit(&mut entries, Some(&pending.key));
+        Ok(())
+    }
+
+    /// Removes the least recently used entries (but `keep`) until they and the content being
+    /// written fit the limit, or none is left.
+    fn evict_to_fit(&self, entries: &mut HashMap<String, Entry>, keep: Option<&CacheKey>) {
+        let writing = self.writing.load(Ordering::Relaxed);
+        let mut total: u64 = entries.values().map(|e| e.size).sum::<u64>() + writing;
+        while total > self.limit_bytes {
             let Some(oldest) = entries
                 .iter()
-                .filter(|(k, _)| **k != pending.key.0)
+                .filter(|(k, _)| keep.is_none_or(|keep| **k != keep.0))
                 .min_by_key(|(_, e)| e.last_used)
                 .map(|(k, _)| k.clone())
             else {
@@ -195,7 +266,6 @@ impl ContentCache {
                 warn!("cache: cannot remove {oldest}: {e}");
             }
         }
-        Ok(())
     }
 
     /// Runs `generate`, which makes the entry for `key`, unless it is running for `key`
@@ -247,6 +317,33 @@ mod tests {
             1,
             "no temporary files left"
         );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn content_being_written_makes_room_by_evicting_and_fails_past_the_limit() {
+        let dir = temp_dir("room");
+        let cache = ContentCache::open(&dir, 50 << 20).unwrap();
+        let old = CacheKey::new(["old"]);
+        let (pending, mut file) = cache.begin(&old).unwrap();
+        file.write_all(&vec![1; 30 << 20]).unwrap();
+        cache.commit(pending, 30 << 20).unwrap();
+        let (mut growing, _file) = cache.begin(&CacheKey::new(["growing"])).unwrap();
+        growing.make_room(&cache, 1).unwrap();
+        assert_eq!(
+            cache.size(&old),
+            Some(30 << 20),
+            "16 MiB of room fits beside it"
+        );
+        growing.make_room(&cache, 20 << 20).unwrap();
+        assert_eq!(cache.size(&old), None, "evicted for the room");
+        let (mut other, _other_file) = cache.begin(&CacheKey::new(["other"])).unwrap();
+        let taken = other.make_room(&cache, 30 << 20).unwrap_err();
+        assert!(taken.0.contains("other files"), "{taken}");
+        let larger = growing.make_room(&cache, 51 << 20).unwrap_err();
+        assert!(larger.0.contains("--cache-size"), "{larger}");
+        drop(growing);
+        other.make_room(&cache, 30 << 20).unwrap();
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -111,7 +111,13 @@ pub struct CountingFile<'a>(&'a File);
 
 impl io::Write for CountingFile<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let written = (&mut &*self.0).write(buf)?;
+        // A file generated whole needs room in the cache: say so when there is none.
+        let written = (&mut &*self.0).write(buf).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("writing it into the cache (--cache-dir): {e}"),
+            )
+        })?;
         activity::count_bytes(written as u64);
         Ok(written)
     }

@@ -1,6 +1,8 @@
 //! Open files: what a file handle reads from. Small documents are bytes in memory; generated
 //! data is a cache entry on disk, or a stream that a generator thread is still writing into a
-//! cache file; some files (`.npy`) read each byte range on demand.
+//! cache file (or, when the cache has no room for it, into a window of memory that its
+//! reader reads once, from start to end); some files (`.npy`) read each byte range on
+//! demand.
 //!
 //! Reads are answered through a callback: a read of a stream beyond what has been generated
 //! is answered by the generator thread once it has written that far, so no FUSE request
@@ -17,7 +19,7 @@ use crate::budget::Permit;
 use crate::sync::{Recover, Task};
 
 use super::activity::Progress;
-use super::cache::{CacheKey, ContentCache};
+use super::cache::{CacheKey, ContentCache, NoRoom, Pending};
 
 /// How far a generator may run ahead of the furthest byte a reader asked for.
 const READ_AHEAD_BYTES: u64 = 64 << 20;
@@ -92,6 +94,16 @@ struct StreamState {
     produced: u64,
     /// The furthest byte any reader has asked for.
     wanted: u64,
+    /// Someone waits for the end (an `fstat` for the exact size): the generator runs ahead
+    /// of the readers without bound, while the content goes to the cache file.
+    to_end: bool,
+    /// The bytes from 0 to here are in the cache file.
+    in_file: u64,
+    /// Once the content is not cached: its latest bytes, kept in memory for the reader.
+    memory: Option<Window>,
+    /// Once the content is not cached: the cache file it began in, kept (with its room in
+    /// the cache) while the stream is, for reads of the bytes it holds.
+    abandoned: Option<Pending>,
     finished: Option<Outcome>,
     cancelled: bool,
     /// Called with the outcome once there is one (`stat`s waiting for the exact size).
@@ -99,6 +111,19 @@ struct StreamState {
     /// Reads of bytes not produced yet: offset, size and where the bytes go.
     reads: Vec<(u64, u32, ReadAnswer)>,
 }
+
+/// The latest bytes of content that is not cached: `bytes` are those from `start` on.
+#[derive(Default)]
+struct Window {
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+/// For content that is not cached, kept in memory: how far the generator may run ahead of
+/// the furthest byte its reader asked for, and how much before that byte is kept for reads
+/// that come again (at least the largest read FUSE sends).
+const MEMORY_AHEAD_BYTES: u64 = 8 << 20;
+const MEMORY_BEHIND_BYTES: u64 = 4 << 20;
 
 /// Called with a stream's outcome once it has one.
 type Waiter = Box<dyn FnOnce(&Outcome) + Send>;
@@ -108,15 +133,28 @@ type Waiter = Box<dyn FnOnce(&Outcome) + Send>;
 pub enum Outcome {
     /// Generated whole and committed to the cache: this many bytes.
     Done(u64),
+    /// The content is not cached (the cache has no room for it): it is generated for this
+    /// stream's readers alone, from start to end, and its size is not known before the end.
+    /// Waiters hear this as soon as it is so; the stream ends with it too.
+    NotCached,
     /// Every reader closed the file before the end: nothing was committed.
     Stopped,
     /// Generation failed: nothing was committed.
     Failed(String),
 }
 
-/// Content a generator thread is writing into a cache file while readers read it.
+/// Where a read's bytes are: in the cache file (offset and length), or copied from memory.
+enum Piece {
+    InFile(u64, u64),
+    Copied(Vec<u8>),
+}
+
+/// Content a generator thread writes for its readers: into a cache file, which readers read
+/// while it grows and which becomes a cache entry at the end; or, when the cache has no
+/// room for it, into memory, a window of its latest bytes (see [`StreamSink`]).
 pub struct Stream {
-    file: File,
+    /// The cache file, for reads (`None`: the content was never cached).
+    file: Option<File>,
     state: Mutex<StreamState>,
     changed: Condvar,
     progress: Arc<Progress>,
@@ -124,21 +162,45 @@ pub struct Stream {
 
 impl Stream {
     /// Starts `generate` on its own thread, writing into a new entry of `cache` for `key`,
-    /// which is committed when generation succeeds. The thread is `task`: it ends with it.
-    /// It holds `slot`, a generation slot, while it runs (see the module's notes).
+    /// which is committed when generation succeeds; content the cache cannot hold (about
+    /// `estimated_bytes`, more than `--cache-size`; or more than it has room for once
+    /// written) is streamed from memory instead, and `what` is logged. The thread is `task`:
+    /// it ends with it. It holds `slot`, a generation slot, while it runs (see the module's
+    /// notes).
     pub fn start(
         cache: Arc<ContentCache>,
-        key: CacheKey,
+        (key, what): (CacheKey, String),
+        estimated_bytes: u64,
         task: Task,
         slot: Permit,
         generate: impl FnOnce(&mut (dyn Write + Send)) -> io::Result<()> + Send + 'static,
     ) -> io::Result<Arc<Stream>> {
-        let (pending, file) = cache.begin(&key)?;
+        let limit = cache.limit_bytes();
+        let cache_file = match estimated_bytes > limit {
+            true => Err(NoRoom(format!(
+                "its estimated {estimated_bytes} bytes are more than --cache-size ({limit} bytes)"
+            ))),
+            false => cache.begin(&key).map_err(|e| NoRoom(e.to_string())),
+        };
+        let (cache_file, memory) = match cache_file {
+            Ok((pending, file)) => (Some((pending, file)), None),
+            Err(reason) => {
+                not_cached(&what, &reason);
+                (None, Some(Window::default()))
+            }
+        };
         let stream = Arc::new(Stream {
-            file: file.try_clone()?,
+            file: match &cache_file {
+                Some((_, file)) => Some(file.try_clone()?),
+                None => None,
+            },
             state: Mutex::new(StreamState {
                 produced: 0,
                 wanted: 0,
+                to_end: false,
+                in_file: 0,
+                memory,
+                abandoned: None,
                 finished: None,
                 cancelled: false,
                 waiters: Vec::new(),
@@ -156,7 +218,9 @@ impl Stream {
                 let outcome = Finish(&producer);
                 let mut sink = StreamSink {
                     stream: &producer,
-                    file,
+                    cache: &cache,
+                    what: &what,
+                    cache_file,
                     slot: Some(slot),
                 };
                 let started = std::time::Instant::now();
@@ -164,15 +228,20 @@ impl Stream {
                     producer.progress.clone().run(|| generate(&mut sink))?;
                     crate::fault::pass(crate::fault::Point::Commit);
                     let produced = producer.lock().produced;
-                    // Only a generation that ran to its end is committed.
-                    cache.commit(pending, produced)?;
                     log::debug!("streamed {produced} bytes in {:?}", started.elapsed());
-                    Ok(produced)
+                    // Only a generation that ran to its end is committed.
+                    match sink.cache_file.take() {
+                        Some((pending, _)) => {
+                            cache.commit(pending, produced)?;
+                            Ok(Outcome::Done(produced))
+                        }
+                        None => Ok(Outcome::NotCached),
+                    }
                 })
                 .unwrap_or_else(|panic| Err(io::Error::other(panic)));
                 // A failure reaches the reader as EIO, which logs it once.
                 outcome.set(match result {
-                    Ok(size) => Outcome::Done(size),
+                    Ok(outcome) => outcome,
                     Err(_) if producer.lock().cancelled => Outcome::Stopped,
                     Err(e) => Outcome::Failed(e.to_string()),
                 });
@@ -199,21 +268,44 @@ impl Stream {
             state.reads.push((offset, size, answer));
             return;
         }
-        let bytes = self.available(&state, offset, size);
+        let piece = self.piece(&state, offset, size);
         drop(state);
-        answer(bytes.and_then(|available| read_at(&self.file, offset, available)));
+        answer(piece.and_then(|piece| self.bytes_of(piece)));
     }
 
-    /// How many bytes a read at `offset` gets now, or the error it gets: called once there
-    /// are bytes at `offset` or the generation has ended.
-    fn available(&self, state: &StreamState, offset: u64, size: u32) -> io::Result<u64> {
+    /// Where the bytes a read at `offset` gets now are, or the error it gets: called once
+    /// there are bytes at `offset` or the generation has ended.
+    fn piece(&self, state: &StreamState, offset: u64, size: u32) -> io::Result<Piece> {
+        let size = u64::from(size);
+        if state.in_file > offset {
+            return Ok(Piece::InFile(offset, (state.in_file - offset).min(size)));
+        }
         if state.produced > offset {
-            return Ok((state.produced - offset).min(u64::from(size)));
+            return match &state.memory {
+                Some(window) if offset >= window.start => {
+                    let from = (offset - window.start) as usize;
+                    let to = (from as u64 + size).min(window.bytes.len() as u64) as usize;
+                    Ok(Piece::Copied(window.bytes[from..to].to_vec()))
+                }
+                _ => Err(io::Error::other(format!(
+                    "the bytes at {offset} are gone: the file is not cached (no room), so it \
+                     is read once, from start to end"
+                ))),
+            };
         }
         match &state.finished {
             Some(Outcome::Failed(e)) => Err(io::Error::other(e.clone())),
             Some(Outcome::Stopped) => Err(io::Error::other("the file's generation was stopped")),
-            Some(Outcome::Done(_)) | None => Ok(0),
+            Some(Outcome::Done(_) | Outcome::NotCached) | None => Ok(Piece::Copied(Vec::new())),
+        }
+    }
+
+    /// The bytes of a piece.
+    fn bytes_of(&self, piece: Piece) -> io::Result<Vec<u8>> {
+        match (piece, &self.file) {
+            (Piece::Copied(bytes), _) => Ok(bytes),
+            (Piece::InFile(offset, len), Some(file)) => read_at(file, offset, len),
+            (Piece::InFile(..), None) => Err(io::Error::other("the stream has no cache file")),
         }
     }
 
@@ -227,12 +319,12 @@ impl Stream {
         state.reads = waiting;
         let answers: Vec<_> = ready
             .into_iter()
-            .map(|(offset, size, answer)| (offset, self.available(&state, offset, size), answer))
+            .map(|(offset, size, answer)| (self.piece(&state, offset, size), answer))
             .collect();
         drop(state);
-        for (offset, available, answer) in answers {
+        for (piece, answer) in answers {
             self.progress.reader_answered();
-            let bytes = available.and_then(|n| read_at(&self.file, offset, n));
+            let bytes = piece.and_then(|piece| self.bytes_of(piece));
             // One reader's answer must not keep the others from theirs.
             let _ = crate::sync::catch_panic(|| answer(bytes));
         }
@@ -243,23 +335,37 @@ impl Stream {
         self.changed.notify_all();
     }
 
-    /// Calls `then` with the generation's outcome: now if it has ended, else when it does.
-    /// Meanwhile the generator runs ahead of the readers without bound: whoever waits for
-    /// the end must not wait for a reader that waits for it (`fstat` before the first read).
+    /// Calls `then` with the generation's outcome: now if it has ended or the content is
+    /// not cached, else when it does. Meanwhile the generator runs ahead of the readers
+    /// without bound: whoever waits for the end must not wait for a reader that waits for
+    /// it (`fstat` before the first read).
     pub fn when_finished(&self, then: impl FnOnce(&Outcome) + Send + 'static) {
         let mut state = self.lock();
-        match state.finished.clone() {
+        let now = match (&state.finished, &state.memory) {
+            (Some(outcome), _) => Some(outcome.clone()),
+            (None, Some(_)) => Some(Outcome::NotCached),
+            (None, None) => None,
+        };
+        match now {
             Some(outcome) => {
                 drop(state);
                 then(&outcome);
             }
             None => {
                 state.waiters.push(Box::new(then));
-                state.wanted = u64::MAX;
+                state.to_end = true;
                 self.changed.notify_all();
             }
         }
     }
+}
+
+/// Logs, once for each stream, that its content is not cached and why.
+fn not_cached(what: &str, reason: &NoRoom) {
+    log::warn!(
+        "{what}: not cached ({reason}); streamed to its reader from memory, read once from \
+         start to end, with no size"
+    );
 }
 
 /// Sets a stream's outcome when the generator thread ends, however it ends (an outcome not
@@ -286,36 +392,102 @@ impl Drop for Finish<'_> {
         drop(state);
         self.0.changed.notify_all();
         self.0.answer_reads();
-        for then in waiters {
-            // A waiter's panic must not keep the others from their answers.
-            let _ = crate::sync::catch_panic(|| then(&outcome));
-        }
+        answer_waiters(waiters, &outcome);
     }
 }
 
-/// The generator's side of a stream: writes go to the cache file, then wait while the
-/// generator is far ahead of every reader, without its generation slot. Once the readers
-/// are gone, writes fail, which stops the generator and the TileDB query behind it.
+/// Calls each waiter with `outcome`; one's panic must not keep the others from theirs.
+fn answer_waiters(waiters: Vec<Waiter>, outcome: &Outcome) {
+    for then in waiters {
+        let _ = crate::sync::catch_panic(|| then(outcome));
+    }
+}
+
+/// The generator's side of a stream. Writes go to the cache file, making room in the cache
+/// as it grows; when the cache has none (the file is larger than `--cache-size`, the disk
+/// is full, the file cannot be written), the content is not cached from there on: the file
+/// keeps what it has for the readers, and later bytes go to a window in memory. Writes
+/// then wait while the generator is far ahead of every reader, without its generation
+/// slot. Once the readers are gone, writes fail, which stops the generator and the TileDB
+/// query behind it.
 struct StreamSink<'a> {
     stream: &'a Stream,
-    file: File,
+    cache: &'a ContentCache,
+    what: &'a str,
+    /// The cache entry being written and its file; `None` once the content is not cached.
+    cache_file: Option<(Pending, File)>,
     /// The generation slot, held while generating (not while waiting for readers).
     slot: Option<Permit>,
 }
 
+impl StreamSink<'_> {
+    /// Writes `buf` to the cache file, after its bytes so far, making room for it first.
+    fn write_to_cache(&mut self, buf: &[u8], so_far: u64) -> Result<(), NoRoom> {
+        let Some((pending, file)) = &mut self.cache_file else {
+            return Err(NoRoom("not cached".into()));
+        };
+        pending.make_room(self.cache, so_far + buf.len() as u64)?;
+        file.write_all(buf).map_err(|e| NoRoom(e.to_string()))
+    }
+
+    /// From now on the content is not cached: its later bytes are kept in memory.
+    fn stop_caching(&mut self, reason: &NoRoom) {
+        not_cached(self.what, reason);
+        let mut state = self.stream.lock();
+        state.abandoned = self.cache_file.take().map(|(pending, _)| pending);
+        state.memory = Some(Window {
+            start: state.in_file,
+            bytes: Vec::new(),
+        });
+        state.to_end = false;
+        let waiters = std::mem::take(&mut state.waiters);
+        drop(state);
+        answer_waiters(waiters, &Outcome::NotCached);
+    }
+}
+
 impl Write for StreamSink<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.stream.lock().cancelled {
+        let (cancelled, so_far) = {
+            let state = self.stream.lock();
+            (state.cancelled, state.produced)
+        };
+        if cancelled {
             return Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "every reader closed the file",
             ));
         }
-        self.file.write_all(buf)?;
+        if self.cache_file.is_some() {
+            if let Err(reason) = self.write_to_cache(buf, so_far) {
+                self.stop_caching(&reason);
+            }
+        }
         self.stream.progress.add_bytes(buf.len() as u64);
         let mut state = self.stream.lock();
         state.produced += buf.len() as u64;
-        let ahead = |s: &StreamState| s.produced > s.wanted.saturating_add(READ_AHEAD_BYTES);
+        let wanted = state.wanted;
+        match &mut state.memory {
+            None => state.in_file = state.produced,
+            Some(window) => {
+                window.bytes.extend_from_slice(buf);
+                // What is more than a little before the furthest byte asked for goes.
+                let keep_from = wanted.saturating_sub(MEMORY_BEHIND_BYTES);
+                let gone = keep_from.saturating_sub(window.start) as usize;
+                if gone >= window.bytes.len().max(1 << 20) / 2 {
+                    let gone = gone.min(window.bytes.len());
+                    window.bytes.drain(..gone);
+                    window.start += gone as u64;
+                }
+            }
+        }
+        let ahead = |s: &StreamState| {
+            let bound = match s.memory {
+                Some(_) => MEMORY_AHEAD_BYTES,
+                None => READ_AHEAD_BYTES,
+            };
+            !s.to_end && s.produced > s.wanted.saturating_add(bound)
+        };
         let readers_wait = !state.reads.is_empty();
         drop(state);
         self.stream.changed.notify_all();
@@ -339,7 +511,10 @@ impl Write for StreamSink<'_> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.file.flush()
+        match &mut self.cache_file {
+            Some((_, file)) => file.flush(),
+            None => Ok(()),
+        }
     }
 }
 
@@ -351,10 +526,137 @@ mod tests {
     use std::time::Duration;
 
     fn cache(name: &str) -> (Arc<ContentCache>, std::path::PathBuf) {
+        cache_of(name, 1 << 30)
+    }
+
+    fn cache_of(name: &str, limit: u64) -> (Arc<ContentCache>, std::path::PathBuf) {
         let dir =
             std::env::temp_dir().join(format!("soma-mount-stream-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        (Arc::new(ContentCache::open(&dir, 1 << 30).unwrap()), dir)
+        (Arc::new(ContentCache::open(&dir, limit).unwrap()), dir)
+    }
+
+    /// The byte at `i` of the content the tests of uncached streams generate.
+    fn byte_at(i: u64) -> u8 {
+        (i % 251) as u8
+    }
+
+    /// Starts a stream of `size` bytes (`byte_at`), written in pieces of a quarter MiB.
+    fn counting_stream(
+        cache: &Arc<ContentCache>,
+        background: &Arc<Background>,
+        name: &str,
+        (size, estimated_bytes): (u64, u64),
+    ) -> Arc<Stream> {
+        Stream::start(
+            cache.clone(),
+            (CacheKey::new([name]), name.into()),
+            estimated_bytes,
+            background.begin().unwrap(),
+            slot(),
+            move |out| {
+                let mut at = 0;
+                while at < size {
+                    let end = (at + (256 << 10)).min(size);
+                    out.write_all(&(at..end).map(byte_at).collect::<Vec<u8>>())?;
+                    at = end;
+                }
+                Ok(())
+            },
+        )
+        .unwrap()
+    }
+
+    /// Asserts that `content` is the `size` bytes of a [`counting_stream`].
+    fn assert_counts_to(content: &[u8], size: u64) {
+        assert_eq!(content.len() as u64, size);
+        assert!(content
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == byte_at(i as u64)));
+    }
+
+    /// Reads a stream from start to end, a MiB at a time, as a reader through FUSE does.
+    fn read_through(stream: &Stream) -> Vec<u8> {
+        let mut content = Vec::new();
+        loop {
+            let bytes = read(stream, content.len() as u64, 1 << 20).unwrap();
+            if bytes.is_empty() {
+                return content;
+            }
+            content.extend_from_slice(&bytes);
+        }
+    }
+
+    #[test]
+    fn content_larger_than_the_cache_is_read_whole_from_the_file_then_memory_and_not_kept() {
+        // The cache takes 20 MiB of the 40 MiB, then has no room: the rest comes from memory.
+        let (cache, dir) = cache_of("larger", 20 << 20);
+        let background = Arc::new(Background::default());
+        let size = 40 << 20;
+        let stream = counting_stream(&cache, &background, "larger", (size, 0));
+        let content = read_through(&stream);
+        assert_counts_to(&content, size);
+        assert_eq!(outcome_of(&stream), Outcome::NotCached);
+        assert!(
+            read(&stream, 0, 10).is_ok(),
+            "what went to the cache file reads again"
+        );
+        let err = read(&stream, 30 << 20, 10).expect_err("bytes long passed are gone");
+        assert!(err.to_string().contains("not cached"), "{err}");
+        assert_eq!(cache.usage(), (0, 20 << 20, 0), "nothing is kept");
+        assert!(background.wait(Duration::from_secs(10)));
+        drop(stream);
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "no file left once the stream is"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn content_estimated_larger_than_the_cache_never_touches_it_and_its_waiters_hear_at_once() {
+        let (cache, dir) = cache_of("estimated", 1 << 20);
+        let background = Arc::new(Background::default());
+        let size = 30 << 20;
+        let stream = counting_stream(&cache, &background, "estimated", (size, 2 << 20));
+        // An `fstat` waiting for the end would wait for a reader: it hears at once instead.
+        assert_eq!(outcome_of(&stream), Outcome::NotCached);
+        let content = read_through(&stream);
+        assert_counts_to(&content, size);
+        assert!(stream.file.is_none(), "no cache file was made");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn content_not_cached_waits_for_its_reader_within_its_window() {
+        let (cache, dir) = cache_of("window", 1 << 20);
+        let background = Arc::new(Background::default());
+        let stream = counting_stream(&cache, &background, "window", (64 << 20, 64 << 20));
+        assert_eq!(
+            read(&stream, 0, 4).unwrap(),
+            (0..4).map(byte_at).collect::<Vec<_>>()
+        );
+        // No reader reads on: the generator stops a window ahead, holding that much.
+        std::thread::sleep(Duration::from_millis(300));
+        let held = {
+            let state = stream.lock();
+            (
+                state.produced,
+                state.memory.as_ref().unwrap().bytes.len() as u64,
+            )
+        };
+        assert!(
+            held.0 <= MEMORY_AHEAD_BYTES + (1 << 20),
+            "ran ahead to {}",
+            held.0
+        );
+        assert!(held.1 <= held.0);
+        let content = read_through(&stream);
+        assert_counts_to(&content, 64 << 20);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// A generation slot of a budget of one.
@@ -387,7 +689,8 @@ mod tests {
         let pieces = (READ_AHEAD_BYTES >> 20) + 2;
         let stream = Stream::start(
             cache.clone(),
-            key.clone(),
+            (key.clone(), "test".into()),
+            0,
             background.begin().unwrap(),
             slot(),
             {
@@ -414,7 +717,8 @@ mod tests {
         let key = CacheKey::new(["panic"]);
         let stream = Stream::start(
             cache.clone(),
-            key.clone(),
+            (key.clone(), "test".into()),
+            0,
             background.begin().unwrap(),
             slot(),
             {
@@ -452,7 +756,8 @@ mod tests {
         let (go, wait) = mpsc::channel::<()>();
         let stream = Stream::start(
             cache.clone(),
-            CacheKey::new(["later"]),
+            (CacheKey::new(["later"]), "test".into()),
+            0,
             background.begin().unwrap(),
             slots.take(1),
             move |out| {

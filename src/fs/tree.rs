@@ -342,7 +342,9 @@ impl Tree {
             };
             return stream.when_finished(move |outcome| match outcome {
                 Outcome::Failed(e) => answer(Err(FsError::Io(e.clone()))),
-                Outcome::Done(_) | Outcome::Stopped => answer(tree.attr_of(&node)),
+                Outcome::Done(_) | Outcome::NotCached | Outcome::Stopped => {
+                    answer(tree.attr_of(&node))
+                }
             });
         }
         let file = match &node.kind {

@@ -227,9 +227,14 @@ impl FileKind for TableFile {
             .begin()
             .ok_or_else(|| FsError::io(&what, "the daemon is ending"))?;
         let format = self.format;
-        let stream = Stream::start(cache.clone(), self.key.clone(), task, slot, move |out| {
-            format::write_table(format, schema, || counted(&mut reader), out)
-        })
+        let stream = Stream::start(
+            cache.clone(),
+            (self.key.clone(), what.clone()),
+            estimated_bytes,
+            task,
+            slot,
+            move |out| format::write_table(format, schema, || counted(&mut reader), out),
+        )
         .map_err(|e| FsError::io(&what, e))?;
         Ok(OpenFile::Streaming(stream))
     }
