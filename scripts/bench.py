@@ -30,7 +30,12 @@ runs in one warm interpreter, so both sides are warm; the sides take turns, and 
   fresh mount with an empty cache, against tiledbsoma reading the same rows with
   `ExperimentAxisQuery(...).to_anndata` (obs, var and X: tiledbsoma's query cannot read a
   dense obsm, so obsm is left out on both sides), in one warm interpreter;
-- the daemon's peak resident memory (VmHWM) over the whole run.
+- the daemon's peak resident memory (VmHWM) over the whole run, and for each side-by-side
+  row the daemon's peak in its mounts next to the peak of a fresh Python interpreter that
+  runs the Python path once;
+- 16 readers at once of X (its CSV, TSV and JSON Lines and 13 CSV chunks of `slices/`) on a
+  fresh mount with `--max-memory 512M` and `256M`: the daemon's peak RSS, which the budget
+  bounds (target: the budget plus 64 MiB).
 
 It prints seconds and ratios (Python time / soma-mount time: above 1 means soma-mount is
 faster). Numbers are for this machine; run it twice and compare on the same machine.
@@ -48,6 +53,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -209,8 +215,14 @@ class Mount:
             time.sleep(0.02)
 
     def peak_rss_mb(self) -> float:
+        return self._status_mb("VmHWM:")
+
+    def rss_mb(self) -> float:
+        return self._status_mb("VmRSS:")
+
+    def _status_mb(self, field: str) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024
         return float("nan")
 
@@ -266,6 +278,42 @@ def python_csv(uri: str, out: Path) -> None:
 
 def python_parquet(uri: str, out: Path) -> None:
     pq.write_table(read_table(uri), str(out))
+
+
+def python_peak_mb(fn, args) -> float:
+    """The peak resident memory (MB) of a fresh interpreter that imports this module and
+    runs `fn(*args)`: the Python side's memory for the task, tiledbsoma loaded."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); import bench; "
+        f"bench.{fn.__name__}(*{tuple(str(a) for a in args)!r})"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        raise RuntimeError(f"the Python side of {fn.__name__} failed")
+    return usage.ru_maxrss / 1024
+
+
+def sixteen_readers(uri: Path, budget: str) -> tuple[float, float, int]:
+    """16 readers at once of X, fresh mount with `--max-memory budget` (the rest default):
+    data.csv, data.tsv, data.jsonl and 13 chunks of slices/csv/. The daemon's RSS before
+    the reads and its peak (VmHWM), in MB, and the bytes the readers got."""
+    with Mount(uri, "--max-memory", budget) as m:
+        x = m.dir / "ms/RNA/X/data"
+        chunks = sorted(os.listdir(x / "slices/csv"), key=lambda p: int(p.split("-")[0]))
+        step = max(1, len(chunks) // 13)
+        files = [x / "data.csv", x / "data.tsv", x / "data.jsonl"]
+        files += [x / "slices/csv" / c for c in chunks[::step][:13]]
+        before = m.rss_mb()
+        got: list[int] = []
+        threads = [threading.Thread(target=lambda f=f: got.append(cat(f))) for f in files]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if len(got) != len(files):
+            raise RuntimeError("a reader of the sixteen failed")
+        return before, m.peak_rss_mb(), sum(got)
 
 
 def s3_latencies(store: Path) -> list[tuple[str, float, float]]:
@@ -385,28 +433,30 @@ def main() -> int:
     rows = []
     peak = 0.0
     try:
-        # (what, store, file, another array's file to warm with, the Python path)
-        for name, store, rel, warm, ref in [
+        # (what, store, file, another array's file to warm with, the Python path: a
+        # function of this module and its arguments)
+        for name, store, rel, warm, (ref, ref_args) in [
             ("X csv", uri, "ms/RNA/X/data/data.csv", "ms/RNA/var/data.csv",
-             lambda: python_csv(x_uri, scratch / "x.csv")),
+             (python_csv, (x_uri, scratch / "x.csv"))),
             ("obs csv", uri, "obs/data.csv", "ms/RNA/var/data.csv",
-             lambda: python_csv(obs_uri, scratch / "obs.csv")),
+             (python_csv, (obs_uri, scratch / "obs.csv"))),
             ("X parquet", uri, "ms/RNA/X/data/data.parquet", "ms/RNA/var/data.csv",
-             lambda: python_parquet(x_uri, scratch / "x.parquet")),
+             (python_parquet, (x_uri, scratch / "x.parquet"))),
             ("wide csv", wide, "obs/data.csv", "var/data.csv",
-             lambda: python_csv(wide_uri, scratch / "wide.csv")),
+             (python_csv, (wide_uri, scratch / "wide.csv"))),
             ("wide parquet", wide, "obs/data.parquet", "var/data.csv",
-             lambda: python_parquet(wide_uri, scratch / "wide.parquet")),
+             (python_parquet, (wide_uri, scratch / "wide.parquet"))),
             ("query X csv", uri, f"where/{QUERY}/ms/RNA/X/data/data.csv", "ms/RNA/var/data.csv",
-             lambda: query_x_csv(str(uri), scratch / "query.csv")),
+             (query_x_csv, (str(uri), scratch / "query.csv"))),
             ("query h5ad", uri, f"where/{QUERY}/anndata/RNA.h5ad", "ms/RNA/var/data.csv",
-             lambda: query_h5ad(str(uri), scratch / "query.h5ad")),
+             (query_h5ad, (str(uri), scratch / "query.h5ad"))),
         ]:
             t_ref = t_mount = float("inf")
             size = 0
+            row_peak = 0.0
             # The sides take turns, so a slow phase of the machine falls on both alike.
             for _ in range(TRIES):
-                t_ref = min(t_ref, timed(ref))
+                t_ref = min(t_ref, timed(lambda: ref(*ref_args)))
                 with Mount(store) as m:
                     # Warm like the Python side (which runs in one interpreter): the
                     # daemon first serves another array's file, so the timed read pays for
@@ -418,10 +468,12 @@ def main() -> int:
                         size = cat(m.dir / rel)
 
                     t_mount = min(t_mount, timed(run))
-                    peak = max(peak, m.peak_rss_mb())
-            rows.append((name, t_mount, t_ref, size))
+                    row_peak = max(row_peak, m.peak_rss_mb())
+            peak = max(peak, row_peak)
+            rows.append((name, t_mount, t_ref, size, row_peak, python_peak_mb(ref, ref_args)))
             for f in scratch.iterdir():
                 f.unlink()
+        readers = [(budget, sixteen_readers(uri, budget)) for budget in ("512M", "256M")]
         with Mount(uri, "--chunk-cells", "1000000") as m:
             slices = m.dir / "ms/RNA/X/data/slices/csv"
             chunks = sorted(os.listdir(slices), key=lambda p: int(p.split("-")[0]))
@@ -468,10 +520,10 @@ def main() -> int:
     def seconds(t: float) -> str:
         return f"{t:.2f}s" if t >= 1 else f"{t * 1000:.0f}ms"
 
-    for name, t_mount, t_ref, size in rows:
+    for name, t_mount, t_ref, size, mount_peak, ref_peak in rows:
         print(
             f"{name:<12} {seconds(t_mount):>11} {seconds(t_ref):>9} {t_ref / t_mount:>6.2f}x  "
-            f"{size / 1e6:.0f} MB"
+            f"{size / 1e6:.0f} MB; peak RSS {mount_peak:.0f} MiB daemon, {ref_peak:.0f} MiB Python"
         )
     print(f"{'head -n 10':<12} {t_head * 1000:>9.0f}ms")
     print(
@@ -502,6 +554,11 @@ def main() -> int:
     for what, first, again in s3:
         print(f"{'S3 ' + what:<12} {first * 1000:>9.0f}ms first look, {again * 1000:.0f}ms cached")
     print(f"{'daemon RSS':<12} {peak:>9.0f}MB (peak)")
+    for budget, (before, hwm, got) in readers:
+        print(
+            f"{'16 readers':<12} {hwm:>8.0f}MiB peak RSS with --max-memory {budget} ({before:.0f} MiB "
+            f"before; X as csv, tsv, jsonl and 13 csv chunks at once, {got / 1e6:.0f} MB read)"
+        )
     targets = [
         ("X csv >= 2x", rows[0][2] / rows[0][1] >= 2),
         ("obs csv >= 2x", rows[1][2] / rows[1][1] >= 2),
@@ -510,6 +567,7 @@ def main() -> int:
         ("query h5ad >= 2x", rows[6][2] / rows[6][1] >= 2),
         ("head < 100 ms", t_head < 0.1),
         ("RSS < 512 MB", peak < 512),
+        ("16 readers <= budget + 64 MiB", all(hwm <= int(b[:-1]) + 64 for b, (_, hwm, _) in readers)),
         ("lazy rows faster", t_lazy < t_query),
     ]
     print("targets: " + ", ".join(f"{n}: {'met' if ok else 'MISSED'}" for n, ok in targets))

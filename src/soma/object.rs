@@ -194,6 +194,11 @@ impl ArrayObject {
         Ok(fragments)
     }
 
+    /// How many fragments the snapshot reads.
+    pub fn fragment_count(&self) -> usize {
+        self.fragments.names.len()
+    }
+
     /// The array open at this snapshot, for queries.
     pub fn handle(&self) -> super::Result<Arc<Array>> {
         self.handle.clone().ok_or_else(|| {

@@ -107,18 +107,126 @@ pub struct BatchReader {
     rows_returned: u64,
     /// The columns whose nulls every query counts, and the nulls of the queries ended.
     null_counts: Vec<(String, u64)>,
+    /// What libtiledb may hold for each of its global-order and unordered queries
+    /// ([`tiledb_query_memory`]; `None`: its default).
+    query_memory: Option<u64>,
     /// The reader's share of the memory budget.
     _memory: crate::budget::Permit,
 }
 
 /// The memory a reader takes from the budget: [`READER_BATCHES`] times `batch_bytes`, with
-/// [`NEXT_RUN_BATCHES`] more for each run it reads ahead when it reads `in_runs`, and for a
-/// read sorted in memory, everything it reads (`sorted_bytes`, estimated; at most
-/// [`IN_MEMORY_SORT_BYTES`]).
-pub fn reader_memory(batch_bytes: usize, in_runs: bool, sorted_bytes: Option<u64>) -> u64 {
+/// [`NEXT_RUN_BATCHES`] more for each run it reads ahead when it reads `in_runs`; what
+/// libtiledb may hold for each of its queries open at once (`query_memory`, see
+/// [`tiledb_query_memory`]); and for a read sorted in memory, everything it reads
+/// (`sorted_bytes`, estimated; at most [`IN_MEMORY_SORT_BYTES`]).
+fn reader_memory(
+    batch_bytes: usize,
+    in_runs: bool,
+    query_memory: u64,
+    sorted_bytes: Option<u64>,
+) -> u64 {
     let runs_ahead = if in_runs { RUNS_AHEAD as u64 } else { 0 };
     (READER_BATCHES + runs_ahead * NEXT_RUN_BATCHES) * batch_bytes as u64
+        + (1 + runs_ahead) * query_memory
         + sorted_bytes.unwrap_or(0)
+}
+
+/// The least libtiledb may hold for one query of a sparse read (see
+/// [`tiledb_query_memory`]).
+const QUERY_MEMORY_BYTES: u64 = 16 << 20;
+
+/// The memory libtiledb may hold for one query of a sparse read of `cells` cells
+/// (`sm.mem.total_budget`), when every column is of fixed width; `None` (dense arrays,
+/// columns of text or bytes): libtiledb's default.
+///
+/// By default libtiledb may hold 10 GB a query, and its sparse readers load as many tiles
+/// as fit: a query of 4 Mi cells of X held about 150 MB of tiles, and a reader of X about
+/// 240 MB. Bounded, they load tiles as the query goes, as fast (measured on the bench
+/// store: X and a query's X as CSV within 2%, at 16 MiB). They need room for a tile of
+/// every fragment at once (the coordinates in half the budget, then the values), and for
+/// the offsets of every tile the query reads in a tenth of it: four times a tile of each
+/// fragment, and ten times the offsets (two 8-byte numbers a column), at least
+/// [`QUERY_MEMORY_BYTES`]. Too little is libtiledb's error, never a short read.
+/// The memory libtiledb may hold for one query of a sparse read of `cells` cells
+/// (`sm.mem.total_budget`), in `runs` (band-sorted) or else in `ranges` of the first
+/// dimension, when every column is of fixed width; `None` (dense arrays, columns of text or
+/// bytes): libtiledb's default.
+///
+/// By default libtiledb may hold 10 GB a query, and its sparse readers load as many tiles
+/// as fit: a query of 4 Mi cells of X held about 150 MB of tiles, and a reader of X about
+/// 240 MB. Bounded, they load tiles as the query goes, as fast (measured on the bench
+/// store: X and a query's X as CSV within 2%, at 16 MiB). They need room for a tile of
+/// every fragment the query reads at once (the coordinates in half the budget, then the
+/// values), and for the offsets of those fragments' tiles in a tenth of it: four times a
+/// tile of each fragment a query's rows overlap, and ten times the offsets (two 8-byte
+/// numbers a column and tile), at least [`QUERY_MEMORY_BYTES`]. Too little is libtiledb's
+/// error, never a short read.
+fn tiledb_query_memory(
+    array: &ArrayObject,
+    cells: u64,
+    runs: &VecDeque<Run>,
+    ranges: &[(Value, Value)],
+) -> Option<u64> {
+    let schema = &array.schema;
+    let capacity = schema.tile_cells.filter(|_| !schema.dense)?.max(1);
+    let cell_bytes = (schema.columns.iter())
+        .map(|c| match c.cell_val_num {
+            tiledb::VAR_NUM => None,
+            n => Some((c.datatype.size() * n.max(1) as usize) as u64 + u64::from(c.nullable)),
+        })
+        .sum::<Option<u64>>()?;
+    let spans: Vec<(i128, i128)> = match runs.is_empty() {
+        false => (runs.iter())
+            .filter_map(|run| Some((run.first()?.0, run.last()?.1)))
+            .collect(),
+        true => vec![span_of(ranges)],
+    };
+    let fragments = (spans.iter())
+        .map(|&span| fragments_overlapping(array, span))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let tiles = cells / capacity + fragments;
+    let tiles_memory = 4 * fragments * capacity * cell_bytes;
+    let offsets_memory = 10 * tiles * schema.columns.len() as u64 * 16;
+    Some(tiles_memory.max(offsets_memory).max(QUERY_MEMORY_BYTES))
+}
+
+/// The rows from the lowest of `ranges` to the highest (all rows when there are none, or
+/// they are not integers).
+fn span_of(ranges: &[(Value, Value)]) -> (i128, i128) {
+    let bounds: Vec<(i128, i128)> = (ranges.iter())
+        .map(|(lo, hi)| Some((lo.as_i128()?, hi.as_i128()?)))
+        .collect::<Option<_>>()
+        .unwrap_or_default();
+    match (
+        bounds.iter().map(|b| b.0).min(),
+        bounds.iter().map(|b| b.1).max(),
+    ) {
+        (Some(lo), Some(hi)) => (lo, hi),
+        _ => (i128::MIN, i128::MAX),
+    }
+}
+
+/// How many of the snapshot's fragments hold rows of the first dimension from `lo` to `hi`:
+/// all of them, unless there are more than two (then the fragment list tells, loaded once
+/// for the snapshot; where it cannot, all of them).
+fn fragments_overlapping(array: &ArrayObject, (lo, hi): (i128, i128)) -> u64 {
+    let all = array.fragment_count() as u64;
+    if all <= 2 {
+        return all;
+    }
+    let Ok(fragments) = array.fragments() else {
+        return all;
+    };
+    let overlaps = |fragment: &&tiledb::Fragment| match &fragment.first_dimension {
+        Some((a, b)) => match (a.as_i128(), b.as_i128()) {
+            (Some(a), Some(b)) => a <= hi && lo <= b,
+            _ => true,
+        },
+        None => true,
+    };
+    fragments.iter().filter(overlaps).count() as u64
 }
 
 /// What a reader and the encoder it feeds hold, in batches: the query's buffers, the batch
@@ -464,10 +572,11 @@ impl ReadPlan {
         ReadPlan { plan, sorted_bytes }
     }
 
-    /// The memory the reader takes from the budget (see [`reader_memory`]).
-    fn memory(&self, batch_bytes: usize) -> u64 {
+    /// The memory the reader takes from the budget (see [`reader_memory`]), its queries
+    /// each holding up to `query_memory` in libtiledb.
+    fn memory(&self, batch_bytes: usize, query_memory: u64) -> u64 {
         let in_runs = matches!(self.plan, Plan::Bands { .. });
-        reader_memory(batch_bytes, in_runs, self.sorted_bytes)
+        reader_memory(batch_bytes, in_runs, query_memory, self.sorted_bytes)
     }
 
     /// Whether the read tests an exact value of a string dimension as a condition rather
@@ -713,7 +822,6 @@ impl BatchReader {
         let cells = super::estimated_cells(array, selection)?;
         let read_bytes = cells.saturating_mul(row_bytes(&columns));
         let read = ReadPlan::choose(array, &ranges, unsorted.is_some(), read_bytes);
-        let memory = crate::budget::memory().take(read.memory(batch_bytes));
         let mut equalities = Vec::from_iter(label);
         equalities.extend(text_dimension_equalities(array, &read, &mut ranges));
         let filter = selection.filter.as_deref();
@@ -730,6 +838,9 @@ impl BatchReader {
                 )
             }
         };
+        let query_memory = tiledb_query_memory(array, cells, &runs, &ranges[0]);
+        let memory =
+            crate::budget::memory().take(read.memory(batch_bytes, query_memory.unwrap_or(0)));
         let unit = tile_unit(array, &ranges);
         let dense_unconditional = array.schema.dense && condition.is_none();
         let expected_rows = dense_unconditional.then_some(dense_selected).flatten();
@@ -761,6 +872,7 @@ impl BatchReader {
             null_counts: unsorted
                 .map(|(_, counted)| counted.iter().map(|c| ((*c).to_owned(), 0)).collect())
                 .unwrap_or_default(),
+            query_memory,
             _memory: memory,
         };
         reader.start(selection.is_empty())
@@ -820,6 +932,10 @@ impl BatchReader {
         if !self.null_counts.is_empty() {
             let counted: Vec<&str> = self.null_counts.iter().map(|(c, _)| c.as_str()).collect();
             query.count_nulls(&counted)?;
+        }
+        if let (Some(bytes), Layout::GlobalOrder | Layout::Unordered) = (self.query_memory, layout)
+        {
+            query.limit_memory(bytes)?;
         }
         Ok(query)
     }
@@ -1606,6 +1722,36 @@ mod tests {
     }
 
     #[test]
+    fn libtiledb_holds_four_tiles_of_each_fragment_a_query_reads_at_least_16_mib() {
+        let mut matrix = sparse(vec![int_index("d0"), int_index("d1"), value_column("v")]);
+        let whole = [(Value::Int(0), Value::Int(999))];
+        let none = VecDeque::new();
+        // 100,000 cells of 8 + 8 + 4 bytes and a validity byte a tile: 8.4 MB for four.
+        matrix.schema.tile_cells = Some(100_000);
+        assert_eq!(
+            tiledb_query_memory(&matrix, 1_000_000, &none, &whole),
+            Some(QUERY_MEMORY_BYTES)
+        );
+        matrix.schema.tile_cells = Some(1_000_000);
+        assert_eq!(
+            tiledb_query_memory(&matrix, 1_000_000, &none, &whole),
+            Some(4 * 1_000_000 * 21)
+        );
+        // Many tiles: ten times their offsets, two 8-byte numbers a column and tile.
+        matrix.schema.tile_cells = Some(10);
+        let tiles = 1_000_000_000 / 10 + 1;
+        assert_eq!(
+            tiledb_query_memory(&matrix, 1_000_000_000, &none, &whole),
+            Some(10 * tiles * 3 * 16)
+        );
+        // Tiles of text, or dense: libtiledb's default.
+        let frame = sparse(vec![int_index("id"), text_index("name")]);
+        assert_eq!(tiledb_query_memory(&frame, 1, &none, &whole), None);
+        matrix.schema.dense = true;
+        assert_eq!(tiledb_query_memory(&matrix, 1, &none, &whole), None);
+    }
+
+    #[test]
     fn a_sparse_read_libtiledb_would_sort_is_sorted_in_memory_up_to_the_limit() {
         // Indexed by a string and an integer: libtiledb sorts it row-major.
         let frame = sparse(vec![text_index("name"), int_index("id"), value_column("v")]);
@@ -1615,13 +1761,16 @@ mod tests {
         assert_eq!(small.sorted_bytes, Some(IN_MEMORY_SORT_BYTES));
         // What it reads is held until sorted: the budget counts it.
         assert_eq!(
-            small.memory(BATCH_BYTES),
+            small.memory(BATCH_BYTES, 0),
             READER_BATCHES * BATCH_BYTES as u64 + IN_MEMORY_SORT_BYTES
         );
         let big = ReadPlan::choose(&frame, &ranges, false, BIG);
         assert_eq!(big.plan, Plan::Sorted(Layout::RowMajor));
         assert_eq!(big.sorted_bytes, None);
-        assert_eq!(big.memory(BATCH_BYTES), READER_BATCHES * BATCH_BYTES as u64);
+        assert_eq!(
+            big.memory(BATCH_BYTES, 0),
+            READER_BATCHES * BATCH_BYTES as u64
+        );
         // An unsorted read needs no sort: global order, nothing held.
         let unsorted = ReadPlan::choose(&frame, &ranges, true, 1);
         assert_eq!(unsorted.plan, Plan::Sorted(Layout::GlobalOrder));
