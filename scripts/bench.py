@@ -40,6 +40,9 @@ runs in one warm interpreter, so both sides are warm; the sides take turns, and 
 It prints seconds and ratios (Python time / soma-mount time: above 1 means soma-mount is
 faster). Numbers are for this machine; run it twice and compare on the same machine.
 
+`scripts/bench --scale` runs the scale benchmark instead (scripts/bench_scale.py: a store of
+256 million X cells, written once, mount and tiledbsoma side by side, time and peak RSS).
+
 `scripts/bench --latency [--delays 0,20,50] [--tries 3]` runs the latency benchmark instead
 (scripts/bench_latency.py): five tasks over a local S3 server behind a proxy that holds each
 request N ms, against tiledbsoma, with the requests each side sends.
@@ -280,18 +283,31 @@ def python_parquet(uri: str, out: Path) -> None:
     pq.write_table(read_table(uri), str(out))
 
 
-def python_peak_mb(fn, args) -> float:
-    """The peak resident memory (MB) of a fresh interpreter that imports this module and
-    runs `fn(*args)`: the Python side's memory for the task, tiledbsoma loaded."""
+def python_run(fn, args) -> tuple[float | None, float]:
+    """Runs `fn(*args)` (a function of a module in scripts/) in a fresh interpreter: its
+    seconds (`None`: it failed, or ran out of memory) and its peak resident memory (MB),
+    tiledbsoma loaded."""
+    module = "bench" if fn.__module__ == "__main__" else fn.__module__
     code = (
-        f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); import bench; "
-        f"bench.{fn.__name__}(*{tuple(str(a) for a in args)!r})"
+        f"import sys, time; sys.path.insert(0, {str(REPO / 'scripts')!r}); import {module} as m; "
+        f"t = time.perf_counter(); m.{fn.__name__}(*{tuple(str(a) for a in args)!r}); "
+        "print(time.perf_counter() - t)"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code])
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
-    if status != 0:
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    seconds = float(out.split()[-1]) if proc.returncode == 0 and out.split() else None
+    return seconds, usage.ru_maxrss / 1024
+
+
+def python_peak_mb(fn, args) -> float:
+    """The peak resident memory (MB) of a fresh interpreter that runs `fn(*args)`: the
+    Python side's memory for the task."""
+    seconds, peak = python_run(fn, args)
+    if seconds is None:
         raise RuntimeError(f"the Python side of {fn.__name__} failed")
-    return usage.ru_maxrss / 1024
+    return peak
 
 
 def sixteen_readers(uri: Path, budget: str) -> tuple[float, float, int]:
@@ -421,6 +437,11 @@ def main() -> int:
         import bench_latency
 
         return bench_latency.main([a for a in sys.argv[1:] if a != "--latency"])
+    if "--scale" in sys.argv[1:]:
+        # The scale benchmark on a store ten times the largest test store, on its own.
+        import bench_scale
+
+        return bench_scale.main([a for a in sys.argv[1:] if a != "--scale"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(REPO / "bench-data"), help="where to build the data set")
     args = parser.parse_args()

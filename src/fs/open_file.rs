@@ -10,6 +10,7 @@
 //! (`--max-generations`) while it runs, and gives it back while it waits for its readers;
 //! when they come back it goes on at once, taking a slot back only if one is free.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
@@ -112,11 +113,60 @@ struct StreamState {
     reads: Vec<(u64, u32, ReadAnswer)>,
 }
 
-/// The latest bytes of content that is not cached: `bytes` are those from `start` on.
-#[derive(Default)]
+/// The latest bytes of content that is not cached, as the generator wrote them: `pieces`
+/// hold the bytes from `start` on, and go from the front once the reader is past them.
 struct Window {
     start: u64,
-    bytes: Vec<u8>,
+    pieces: VecDeque<Vec<u8>>,
+}
+
+impl Window {
+    /// A window of the bytes from `start` on, none written yet.
+    fn at(start: u64) -> Window {
+        Window {
+            start,
+            pieces: VecDeque::new(),
+        }
+    }
+
+    /// Adds the next bytes, and lets go of the pieces wholly before `keep_from`.
+    fn push(&mut self, bytes: &[u8], keep_from: u64) {
+        self.pieces.push_back(bytes.to_vec());
+        while let Some(first) = self.pieces.front() {
+            let end = self.start + first.len() as u64;
+            if end > keep_from {
+                break;
+            }
+            self.start = end;
+            self.pieces.pop_front();
+        }
+    }
+
+    /// Up to `size` bytes at `offset`; `None` when they are gone.
+    fn copy(&self, offset: u64, size: u64) -> Option<Vec<u8>> {
+        let mut at = offset.checked_sub(self.start)?;
+        let mut bytes = Vec::new();
+        for piece in &self.pieces {
+            let len = piece.len() as u64;
+            if at >= len {
+                at -= len;
+                continue;
+            }
+            let end = len.min(at + size - bytes.len() as u64);
+            bytes.extend_from_slice(&piece[at as usize..end as usize]);
+            at = 0;
+            if bytes.len() as u64 == size {
+                break;
+            }
+        }
+        Some(bytes)
+    }
+
+    /// The bytes it holds.
+    #[cfg(test)]
+    fn held(&self) -> u64 {
+        self.pieces.iter().map(|piece| piece.len() as u64).sum()
+    }
 }
 
 /// For content that is not cached, kept in memory: how far the generator may run ahead of
@@ -186,7 +236,7 @@ impl Stream {
             Ok((pending, file)) => (Some((pending, file)), None),
             Err(reason) => {
                 not_cached(&what, &reason);
-                (None, Some(Window::default()))
+                (None, Some(Window::at(0)))
             }
         };
         let stream = Arc::new(Stream {
@@ -281,17 +331,13 @@ impl Stream {
             return Ok(Piece::InFile(offset, (state.in_file - offset).min(size)));
         }
         if state.produced > offset {
-            return match &state.memory {
-                Some(window) if offset >= window.start => {
-                    let from = (offset - window.start) as usize;
-                    let to = (from as u64 + size).min(window.bytes.len() as u64) as usize;
-                    Ok(Piece::Copied(window.bytes[from..to].to_vec()))
-                }
-                _ => Err(io::Error::other(format!(
+            let copied = (state.memory.as_ref()).and_then(|window| window.copy(offset, size));
+            return copied.map(Piece::Copied).ok_or_else(|| {
+                io::Error::other(format!(
                     "the bytes at {offset} are gone: the file is not cached (no room), so it \
                      is read once, from start to end"
-                ))),
-            };
+                ))
+            });
         }
         match &state.finished {
             Some(Outcome::Failed(e)) => Err(io::Error::other(e.clone())),
@@ -435,10 +481,7 @@ impl StreamSink<'_> {
         not_cached(self.what, reason);
         let mut state = self.stream.lock();
         state.abandoned = self.cache_file.take().map(|(pending, _)| pending);
-        state.memory = Some(Window {
-            start: state.in_file,
-            bytes: Vec::new(),
-        });
+        state.memory = Some(Window::at(state.in_file));
         state.to_end = false;
         let waiters = std::mem::take(&mut state.waiters);
         drop(state);
@@ -469,17 +512,8 @@ impl Write for StreamSink<'_> {
         let wanted = state.wanted;
         match &mut state.memory {
             None => state.in_file = state.produced,
-            Some(window) => {
-                window.bytes.extend_from_slice(buf);
-                // What is more than a little before the furthest byte asked for goes.
-                let keep_from = wanted.saturating_sub(MEMORY_BEHIND_BYTES);
-                let gone = keep_from.saturating_sub(window.start) as usize;
-                if gone >= window.bytes.len().max(1 << 20) / 2 {
-                    let gone = gone.min(window.bytes.len());
-                    window.bytes.drain(..gone);
-                    window.start += gone as u64;
-                }
-            }
+            // What is more than a little before the furthest byte asked for goes.
+            Some(window) => window.push(buf, wanted.saturating_sub(MEMORY_BEHIND_BYTES)),
         }
         let ahead = |s: &StreamState| {
             let bound = match s.memory {
@@ -602,7 +636,9 @@ mod tests {
             read(&stream, 0, 10).is_ok(),
             "what went to the cache file reads again"
         );
-        let err = read(&stream, 30 << 20, 10).expect_err("bytes long passed are gone");
+        // The cache file took the first 20 MiB; the window in memory keeps what is after
+        // the reader, and a few MiB before it.
+        let err = read(&stream, 21 << 20, 10).expect_err("bytes long passed are gone");
         assert!(err.to_string().contains("not cached"), "{err}");
         assert_eq!(cache.usage(), (0, 20 << 20, 0), "nothing is kept");
         assert!(background.wait(Duration::from_secs(10)));
@@ -643,10 +679,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(300));
         let held = {
             let state = stream.lock();
-            (
-                state.produced,
-                state.memory.as_ref().unwrap().bytes.len() as u64,
-            )
+            (state.produced, state.memory.as_ref().unwrap().held())
         };
         assert!(
             held.0 <= MEMORY_AHEAD_BYTES + (1 << 20),

@@ -209,14 +209,14 @@ fn span_of(ranges: &[(Value, Value)]) -> (i128, i128) {
 }
 
 /// How many of the snapshot's fragments hold rows of the first dimension from `lo` to `hi`:
-/// all of them, unless there are more than two (then the fragment list tells, loaded once
-/// for the snapshot; where it cannot, all of them).
+/// all of them, unless there are more than two and their list is at hand (see
+/// [`ArrayObject::fragments_at_hand`]): then those whose rows the list says overlap.
 fn fragments_overlapping(array: &ArrayObject, (lo, hi): (i128, i128)) -> u64 {
     let all = array.fragment_count() as u64;
     if all <= 2 {
         return all;
     }
-    let Ok(fragments) = array.fragments() else {
+    let Some(fragments) = array.fragments_at_hand() else {
         return all;
     };
     let overlaps = |fragment: &&tiledb::Fragment| match &fragment.first_dimension {
