@@ -21,6 +21,7 @@ part of CI: it takes tens of minutes and several GB of disk.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -212,7 +213,7 @@ def main(argv: list[str]) -> int:
             python, ratio = "did not finish", ""
         else:
             python, ratio = f"{t_ref:.2f}s", f"{t_ref / t_mount:.2f}x"
-        python_peak = "" if ref_missing else f"{peak_ref:.0f} MiB"
+        python_peak = "" if ref_missing or math.isnan(peak_ref) else f"{peak_ref:.0f} MiB"
         print(
             f"{name:<22} {t_mount:>10.2f}s {peak_mount:>5.0f} MiB {python:>11} {python_peak:>9} {ratio:>7}"
         )
