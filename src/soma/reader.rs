@@ -136,18 +136,6 @@ fn reader_memory(
 const QUERY_MEMORY_BYTES: u64 = 16 << 20;
 
 /// The memory libtiledb may hold for one query of a sparse read of `cells` cells
-/// (`sm.mem.total_budget`), when every column is of fixed width; `None` (dense arrays,
-/// columns of text or bytes): libtiledb's default.
-///
-/// By default libtiledb may hold 10 GB a query, and its sparse readers load as many tiles
-/// as fit: a query of 4 Mi cells of X held about 150 MB of tiles, and a reader of X about
-/// 240 MB. Bounded, they load tiles as the query goes, as fast (measured on the bench
-/// store: X and a query's X as CSV within 2%, at 16 MiB). They need room for a tile of
-/// every fragment at once (the coordinates in half the budget, then the values), and for
-/// the offsets of every tile the query reads in a tenth of it: four times a tile of each
-/// fragment, and ten times the offsets (two 8-byte numbers a column), at least
-/// [`QUERY_MEMORY_BYTES`]. Too little is libtiledb's error, never a short read.
-/// The memory libtiledb may hold for one query of a sparse read of `cells` cells
 /// (`sm.mem.total_budget`), in `runs` (band-sorted) or else in `ranges` of the first
 /// dimension, when every column is of fixed width; `None` (dense arrays, columns of text or
 /// bytes): libtiledb's default.
