@@ -44,8 +44,9 @@ faster). Numbers are for this machine; run it twice and compare on the same mach
 256 million X cells, written once, mount and tiledbsoma side by side, time and peak RSS).
 
 `scripts/bench --latency [--delays 0,20,50] [--tries 3]` runs the latency benchmark instead
-(scripts/bench_latency.py): five tasks over a local S3 server behind a proxy that holds each
-request N ms, against tiledbsoma, with the requests each side sends.
+(scripts/bench_latency.py): pbmc and a store of 10 fragments over a local S3 server behind a
+proxy that holds each request N ms, against tiledbsoma, with the requests and rounds each
+side sends.
 """
 
 from __future__ import annotations

@@ -385,7 +385,7 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
 /// anything is mounted. The store keeps what it opened for the metadata TTL, so the first
 /// look into the root within it does not open the root again.
 fn open_store(cli: &Cli, uri: &str, metadata_ttl: Duration) -> Result<Store, String> {
-    let store = Store::new(&cli.config, cli.timestamp, metadata_ttl)
+    let store = Store::new(uri, &cli.config, cli.timestamp, metadata_ttl)
         .map_err(|e| format!("bad libtiledb configuration: {e}"))?;
     store
         .open(uri, None)

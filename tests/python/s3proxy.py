@@ -12,7 +12,7 @@ as a real object store does. The record of requests is shared by those threads u
         ...
         proxy.reset()
         ...                      # what is measured
-        proxy.count(), proxy.summary()
+        proxy.count(), proxy.rounds(), proxy.summary()
 
 Run alone: `python s3proxy.py UPSTREAM_PORT DELAY_MS [PORT]` serves until interrupted.
 """
@@ -55,6 +55,10 @@ def kind_of(method: str, target: str) -> str:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as libtiledb's S3 client expects
+    # An answer is two writes (headers, then body): with Nagle's algorithm the body waits
+    # for the client's delayed ACK of the headers, 40 ms on Linux, on a kept-alive
+    # connection. A server answers at once.
+    disable_nagle_algorithm = True
     server: "_Server"
 
     def log_message(self, format, *args):  # noqa: A002 -- the base class's name
@@ -64,7 +68,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         proxy = self.server.proxy
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
-        proxy._record(self.command, self.path)
+        span = proxy._record(self.command, self.path)
+        try:
+            self._answer(proxy, body)
+        finally:
+            span[1] = time.monotonic()
+
+    def _answer(self, proxy: "LatencyProxy", body: bytes | None) -> None:
         if proxy.delay_s > 0:
             time.sleep(proxy.delay_s)
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
@@ -130,6 +140,8 @@ class LatencyProxy:
         self.delay_s = delay_ms / 1000.0
         self._lock = threading.Lock()
         self._requests: list[tuple[str, str]] = []
+        # [sent, answered] of each request (time.monotonic()), answered None until it is.
+        self._spans: list[list] = []
         self._server = _Server(("127.0.0.1", port), self)
         self.port = self._server.server_address[1]
         self._thread: threading.Thread | None = None
@@ -161,14 +173,29 @@ class LatencyProxy:
 
     # -- the record --------------------------------------------------------------------
 
-    def _record(self, method: str, target: str) -> None:
+    def _record(self, method: str, target: str) -> list:
+        """Records a request; its span, whose end the handler sets once it has answered."""
+        span = [time.monotonic(), None]
         with self._lock:
             self._requests.append((method, target))
+            self._spans.append(span)
+        return span
 
     def reset(self) -> None:
         """Forget the requests seen so far."""
         with self._lock:
             self._requests.clear()
+            self._spans = []
+
+    def rounds(self) -> int:
+        """Round trips since the last reset: the longest chain of requests each sent after
+        the one before it was answered (requests sent together are one round)."""
+        with self._lock:
+            spans = sorted((start, end if end is not None else float("inf")) for start, end in self._spans)
+        depth: list[int] = []
+        for i, (start, _end) in enumerate(spans):
+            depth.append(1 + max((depth[j] for j in range(i) if spans[j][1] <= start), default=0))
+        return max(depth, default=0)
 
     def requests(self) -> list[tuple[str, str]]:
         """(method, target) of each request since the last reset, in arrival order."""

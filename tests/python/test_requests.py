@@ -24,6 +24,16 @@ requests) or whole data frames or uns arrays (about 55 more).
 `ls -l X/data/slices/parquet/` sizes every chunk without reading a value: no request of the
 listing reads a fragment's attribute file (sized Parquet counts its rows from coordinates).
 
+An array grown by appends (issue 37) holds many fragments, and libtiledb loads each one's
+metadata in three requests one after the other, as many fragments at a time as its compute
+pool has threads (one per core, tiledbsoma's default). `head -n 5` of such an array on a
+fresh mount, with the proxy holding each request 20 ms, takes fewer rounds than tiledbsoma
+reading its first row (on 2 cores today: 18 rounds against 28). It sends more requests (82
+against 49), none of them in a round of its own: the open's estimate loads every fragment's
+R-tree (tiledbsoma, that of the one fragment holding row 0), and the runs read ahead fetch
+the next bands' tiles, in every fragment. The bound (1.8x) fails a second open of the array
+or one more request per fragment.
+
 Run: .venv/bin/python -m pytest tests/python/test_requests.py -q
 """
 
@@ -52,8 +62,20 @@ STORE = "pbmc"
 QUIET = 1.5
 SETTLE_TIMEOUT = 60.0
 LISTING_RATIO = 1.05
+# The appended array: FRAGMENTS writes of ROWS_EACH rows of a COLUMNS-wide matrix.
+FRAGMENTS = 10
+ROWS_EACH = 20
+COLUMNS = 400
+APPENDED_DELAY_MS = 20
+APPENDED_REQUEST_RATIO = 1.8
 FILE_RATIO = 1.0
 ZARR_LISTING_RATIO = 1.05
+# The appended array: FRAGMENTS writes of ROWS_EACH rows of a COLUMNS-wide matrix.
+FRAGMENTS = 10
+ROWS_EACH = 20
+COLUMNS = 400
+APPENDED_DELAY_MS = 20
+APPENDED_REQUEST_RATIO = 1.8
 
 
 @pytest.fixture(scope="module")
@@ -205,3 +227,81 @@ def test_ls_l_of_slices_parquet_reads_no_cell_value(counted, mount):
     assert sizes == read, f"sizes at the first stat {sizes}, bytes read {read}"
     assert not values(listing), f"ls -l of slices/parquet/ read values: {values(listing)[:5]}"
     assert values(reads), "reading the chunks read no values: the check above would not see them"
+
+
+@pytest.fixture(scope="module")
+def appended(counted, tmp_path_factory) -> str:
+    """The URI of a collection in the bucket holding `X`, a sparse matrix written by
+    tiledbsoma in FRAGMENTS appends of ROWS_EACH rows each."""
+    import numpy as np
+    import pyarrow as pa
+
+    server, _proxy, _cfg = counted
+    path = tmp_path_factory.mktemp("appended") / "appended"
+    with tiledbsoma.Collection.create(str(path)) as collection:
+        collection.add_new_sparse_ndarray("X", type=pa.float32(), shape=(FRAGMENTS * ROWS_EACH, COLUMNS)).close()
+    rng = np.random.default_rng(37)
+    for k in range(FRAGMENTS):
+        cells = rng.random((ROWS_EACH, COLUMNS)) < 0.1
+        rows, cols = np.nonzero(cells)
+        table = pa.table({
+            "soma_dim_0": pa.array(rows + k * ROWS_EACH, pa.int64()),
+            "soma_dim_1": pa.array(cols, pa.int64()),
+            "soma_data": pa.array(rng.random(len(rows)), pa.float32()),
+        })
+        with tiledbsoma.open(str(path / "X"), "w") as x:
+            x.write(table)
+    import tiledb
+
+    assert len(tiledb.array_fragments(str(path / "X"))) == FRAGMENTS
+    server.upload_tree(path, BUCKET, "appended")
+    return f"s3://{BUCKET}/appended"
+
+
+@pytest.mark.timeout(300)
+def test_an_array_of_many_fragments_opens_in_fewer_rounds_than_tiledbsoma(counted, appended, mount):
+    _server, proxy, cfg = counted
+    probs = td.Problems("X")
+    try:
+        proxy.set_delay(APPENDED_DELAY_MS)
+        proxy.reset()
+        with mount(appended, *config_args(cfg)) as mountpoint:
+            data = Path(mountpoint) / "X" / "data.csv"
+            with open(data, "rb") as f:
+                head = [f.readline() for _ in range(5)]
+            requests = settled_count(proxy)
+            rounds, kinds = proxy.rounds(), proxy.summary()
+            proxy.set_delay(0)
+            whole = td.read_data_file(data, probs)
+
+        proxy.set_delay(APPENDED_DELAY_MS)
+        proxy.reset()
+        with tiledbsoma.open(appended, context=soma_context(cfg)) as collection:
+            collection["X"].read(coords=(0,)).tables().concat()
+        reference = settled_count(proxy)
+        reference_rounds = proxy.rounds()
+    finally:
+        proxy.set_delay(0)
+    with tiledbsoma.open(appended, context=soma_context(cfg)) as collection:
+        ref = tr.soma_ref("X", collection["X"])
+
+    summary = (f"head -n 5 X/data.csv: soma-mount {requests} requests in {rounds} rounds ({kinds}), "
+               f"tiledbsoma {reference} in {reference_rounds}")
+    print(summary)
+    if whole is not None:
+        text = td.decode_utf8(whole, "data.csv", probs)
+        if text is not None:
+            td.check_delimited(ref, text, "csv", probs)
+            lines = text.splitlines(keepends=True)[:5]
+            if [line.decode() for line in head] != lines:
+                probs.add(f"head -n 5 read {head}, the whole file starts {lines}")
+    problems = probs.done()
+    assert not problems, "\n".join(problems)
+    cores = os.cpu_count() or 1
+    if cores < FRAGMENTS:
+        # tiledbsoma loads `cores` fragments at a time, three rounds each.
+        assert rounds < reference_rounds, summary
+    else:
+        assert rounds <= reference_rounds, summary
+    assert requests <= APPENDED_REQUEST_RATIO * reference, summary
+
