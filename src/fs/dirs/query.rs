@@ -15,9 +15,10 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::soma::anndata::{self, AnnDataExperiment, AnnDataMeasurement, Named};
+use crate::soma::anndata::{self, AnnDataExperiment, AnnDataMeasurement, Named, Parts};
 use crate::soma::filter::Filter;
 use crate::soma::tenx::TenxLayer;
+use crate::soma::Objects;
 use crate::soma::{ArrayObject, Selection, SomaObject};
 use crate::tiledb::Value;
 
@@ -115,7 +116,7 @@ impl DirKind for FilteredExperimentDir {
         let SomaObject::Group(group) = self.experiment.as_ref() else {
             return Listed::of(Vec::new());
         };
-        let Some(experiment) = AnnDataExperiment::open(cx.store, group) else {
+        let Some(experiment) = AnnDataExperiment::open_parts(cx.store, group, Parts::Listed) else {
             let message = format!("{}: no obs, or no measurement with var and X", group.uri);
             return Listed::of(error_entries(&message));
         };
@@ -126,6 +127,8 @@ impl DirKind for FilteredExperimentDir {
         let query = Arc::new(CellQuery {
             cells: SelectedRows::new(&experiment.obs, Selection::filtered(filter)),
             experiment,
+            object: self.experiment.clone(),
+            whole: OnceLock::new(),
         });
         let obs = frame_dir(&query.cells);
         let measurements = MeasurementsDir(query.clone());
@@ -141,8 +144,32 @@ impl DirKind for FilteredExperimentDir {
 /// The cells of an experiment that a filter selects.
 #[derive(Debug)]
 struct CellQuery {
+    /// What the query's directories list: obs, and each measurement's var, X and obsm.
     experiment: AnnDataExperiment,
     cells: SelectedRows,
+    /// The experiment (a group), and every part of it, opened when an h5ad is first listed.
+    object: Arc<SomaObject>,
+    whole: OnceLock<Option<AnnDataExperiment>>,
+}
+
+impl CellQuery {
+    /// The whole experiment, as its AnnData files read it.
+    fn whole(&self, store: &dyn Objects) -> Option<&AnnDataExperiment> {
+        let whole = self.whole.get_or_init(|| match self.object.as_ref() {
+            SomaObject::Group(group) => AnnDataExperiment::open(store, group),
+            SomaObject::Array(_) => None,
+        });
+        whole.as_ref()
+    }
+
+    /// The message of a query's `error.txt` when the experiment cannot be opened whole.
+    fn not_whole(&self) -> Entries {
+        let message = format!(
+            "{}: cannot open every part of the experiment",
+            self.object.uri()
+        );
+        error_entries(&message)
+    }
 }
 
 /// The rows of obs or var that a filter selects, and their join ids, read once, when a
@@ -258,7 +285,7 @@ impl MeasurementDir {
 }
 
 impl DirKind for MeasurementDir {
-    fn list(&self, _: &DirContext) -> Listed {
+    fn list(&self, cx: &DirContext) -> Listed {
         let m = &self.measurement;
         let var = match &self.genes {
             Some(genes) => frame_dir(genes),
@@ -276,9 +303,12 @@ impl DirKind for MeasurementDir {
                 dir(MeasurementWhereDir(self.query.clone(), m.clone())),
             )),
             Some(_) => {
-                let experiment = &self.query.experiment;
+                let Some(experiment) = self.query.whole(cx.store) else {
+                    return Listed::of(self.query.not_whole());
+                };
+                let whole_m = experiment.measurements.iter().find(|w| w.name == m.name);
                 let cells = &self.query.cells.rows;
-                let h5ad = H5adFile::new(experiment, m, cells, &self.genes());
+                let h5ad = whole_m.and_then(|m| H5adFile::new(experiment, m, cells, &self.genes()));
                 named.extend(h5ad.map(|h5ad| ("anndata.h5ad".to_owned(), file(h5ad))));
             }
         }
@@ -382,10 +412,13 @@ fn joinid_ranges(runs: &[(i64, i64)]) -> Vec<(Value, Value)> {
 struct AnnDataFilesDir(Arc<CellQuery>);
 
 impl DirKind for AnnDataFilesDir {
-    fn list(&self, _: &DirContext) -> Listed {
+    fn list(&self, cx: &DirContext) -> Listed {
         let query = &self.0;
+        let Some(experiment) = query.whole(cx.store) else {
+            return Listed::of(query.not_whole());
+        };
         let all = Selection::default();
-        Listed::of(h5ad_files(&query.experiment, &query.cells.rows, &all))
+        Listed::of(h5ad_files(experiment, &query.cells.rows, &all))
     }
 }
 

@@ -177,14 +177,45 @@ pub fn has_anndata(experiment: &GroupObject) -> bool {
     member(experiment, "obs").is_some() && member(experiment, "ms").is_some()
 }
 
+/// Which parts of its measurements an [`AnnDataExperiment`] opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parts {
+    /// Everything an AnnData is made of.
+    All,
+    /// var, X's layers and obsm: what a query's directories list. A query's h5ad opens
+    /// the rest when it is listed; over object storage uns, varm, obsp and varp are most of
+    /// an experiment's opens (pbmc: about 230 of its 300 requests).
+    Listed,
+}
+
+impl Parts {
+    /// Whether a measurement's member named `name` is opened.
+    fn opens(self, name: &str) -> bool {
+        match self {
+            Parts::All => name == "var" || name == "uns" || MATRIX_PARTS.contains(&name),
+            Parts::Listed => matches!(name, "var" | "X" | "obsm"),
+        }
+    }
+}
+
 impl AnnDataExperiment {
     /// Opens obs and every part of each measurement that has a var and an X with a layer;
     /// `None` when there is no obs or no such measurement.
+    pub fn open(store: &dyn Objects, experiment: &GroupObject) -> Option<AnnDataExperiment> {
+        Self::open_parts(store, experiment, Parts::All)
+    }
+
+    /// Opens obs and the `parts` of each measurement that has a var and an X with a layer
+    /// (the others left empty); `None` when there is no obs or no such measurement.
     ///
     /// Each object is opened as soon as the group holding it is, not level by level: a
     /// level would wait for its slowest member (an array's open takes twice a group's
     /// round trips) before any of the groups in it opened theirs.
-    pub fn open(store: &dyn Objects, experiment: &GroupObject) -> Option<AnnDataExperiment> {
+    pub fn open_parts(
+        store: &dyn Objects,
+        experiment: &GroupObject,
+        parts: Parts,
+    ) -> Option<AnnDataExperiment> {
         let (obs, ms) = (member(experiment, "obs")?, member(experiment, "ms")?);
         let (obs, measurements) = at_once(
             || open_logged(store, &obs.uri, obs.object_type),
@@ -198,7 +229,7 @@ impl AnnDataExperiment {
                     (is_measurement
                         && member(group, "var").is_some()
                         && member(group, "X").is_some())
-                    .then(|| AnnDataMeasurement::open(store, m.name.clone(), group))
+                    .then(|| AnnDataMeasurement::open(store, m.name.clone(), group, parts))
                     .flatten()
                 });
                 Some(measurements)
@@ -226,13 +257,18 @@ enum Part {
 const MATRIX_PARTS: [&str; 5] = ["X", "obsm", "varm", "obsp", "varp"];
 
 impl AnnDataMeasurement {
-    fn open(store: &dyn Objects, name: String, group: &GroupObject) -> Option<AnnDataMeasurement> {
+    fn open(
+        store: &dyn Objects,
+        name: String,
+        group: &GroupObject,
+        parts: Parts,
+    ) -> Option<AnnDataMeasurement> {
         // var, X, obsm, …, uns at once, each collection's members as soon as it is open.
         let opened = map_at_once(&group.members, group.members.len(), |m| {
-            let matrix_part = MATRIX_PARTS.iter().find(|&&part| part == m.name);
-            if m.name != "var" && m.name != "uns" && matrix_part.is_none() {
+            if !parts.opens(&m.name) {
                 return None;
             }
+            let matrix_part = MATRIX_PARTS.iter().find(|&&part| part == m.name);
             let object = open_logged(store, &m.uri, m.object_type)?;
             Some(match (object.as_ref(), matrix_part) {
                 (SomaObject::Array(array), _) if m.name == "var" => {
