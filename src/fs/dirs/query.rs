@@ -15,7 +15,9 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::soma::anndata::{self, AnnDataExperiment, AnnDataMeasurement, Named, Parts};
+use crate::soma::anndata::{
+    self, AnnDataExperiment, AnnDataMeasurement, ExperimentOutline, MeasurementGroup, Named,
+};
 use crate::soma::filter::Filter;
 use crate::soma::tenx::TenxLayer;
 use crate::soma::Objects;
@@ -116,7 +118,7 @@ impl DirKind for FilteredExperimentDir {
         let SomaObject::Group(group) = self.experiment.as_ref() else {
             return Listed::of(Vec::new());
         };
-        let Some(experiment) = AnnDataExperiment::open_parts(cx.store, group, Parts::Listed) else {
+        let Some(experiment) = ExperimentOutline::open(cx.store, group) else {
             let message = format!("{}: no obs, or no measurement with var and X", group.uri);
             return Listed::of(error_entries(&message));
         };
@@ -144,8 +146,9 @@ impl DirKind for FilteredExperimentDir {
 /// The cells of an experiment that a filter selects.
 #[derive(Debug)]
 struct CellQuery {
-    /// What the query's directories list: obs, and each measurement's var, X and obsm.
-    experiment: AnnDataExperiment,
+    /// obs and the measurements' groups, each measurement's parts opened when it is
+    /// listed (a `cat` of one matrix opens obs and that measurement's var and X).
+    experiment: ExperimentOutline,
     cells: SelectedRows,
     /// The experiment (a group), and every part of it, opened when an h5ad is first listed.
     object: Arc<SomaObject>,
@@ -219,11 +222,10 @@ struct MeasurementsDir(Arc<CellQuery>);
 impl DirKind for MeasurementsDir {
     fn list(&self, _: &DirContext) -> Listed {
         let query = &self.0;
-        let measurement = |m: &Arc<AnnDataMeasurement>| {
-            let dir = dir(MeasurementDir {
+        let measurement = |m: &Arc<MeasurementGroup>| {
+            let dir = dir(MeasurementOfQueryDir {
                 query: query.clone(),
-                measurement: m.clone(),
-                genes: None,
+                group: m.clone(),
             });
             (file_name(&m.name), dir)
         };
@@ -238,10 +240,35 @@ impl DirKind for MeasurementsDir {
     }
 }
 
+/// `where/<obs filter>/ms/<m>/`: the measurement's var and X opened when it is listed.
+#[derive(Debug)]
+struct MeasurementOfQueryDir {
+    query: Arc<CellQuery>,
+    group: Arc<MeasurementGroup>,
+}
+
+impl DirKind for MeasurementOfQueryDir {
+    fn list(&self, cx: &DirContext) -> Listed {
+        let Some(measurement) = self.group.listed(cx.store) else {
+            let message = format!("measurement {}: cannot open its var and X", self.group.name);
+            return Listed::of(error_entries(&message));
+        };
+        let all_genes = MeasurementDir {
+            query: self.query.clone(),
+            group: self.group.clone(),
+            measurement: measurement.clone(),
+            genes: None,
+        };
+        all_genes.list(cx)
+    }
+}
+
 /// `where/<obs filter>/ms/<m>/`, or `…/ms/<m>/where/<var filter>/` (`genes`).
 #[derive(Debug)]
 struct MeasurementDir {
     query: Arc<CellQuery>,
+    group: Arc<MeasurementGroup>,
+    /// Its var and X.
     measurement: Arc<AnnDataMeasurement>,
     /// The genes a var filter selects (all when `None`).
     genes: Option<Arc<SelectedRows>>,
@@ -256,11 +283,11 @@ impl MeasurementDir {
 
     /// The directory of the matrices `members` (X's layers, or obsm), restricted to the
     /// selected cells, and when `along_genes` to the selected genes.
-    fn matrices(&self, members: &[Named], along_genes: bool) -> NodeKind {
+    fn matrices(&self, members: Matrices, along_genes: bool) -> NodeKind {
         dir(MatricesDir {
             query: self.query.clone(),
             genes: self.genes.clone().filter(|_| along_genes),
-            members: members.to_vec(),
+            members,
         })
     }
 
@@ -293,14 +320,24 @@ impl DirKind for MeasurementDir {
         };
         let mut named = vec![
             ("var".into(), var),
-            ("X".into(), self.matrices(&m.layers, true)),
-            ("obsm".into(), self.matrices(&m.obsm, false)),
+            (
+                "X".into(),
+                self.matrices(Matrices::Opened(m.layers.clone()), true),
+            ),
+            (
+                "obsm".into(),
+                self.matrices(Matrices::Of(self.group.clone(), "obsm"), false),
+            ),
             ("10x".into(), self.tenx()),
         ];
         match self.genes {
             None => named.push((
                 "where".into(),
-                dir(MeasurementWhereDir(self.query.clone(), m.clone())),
+                dir(MeasurementWhereDir {
+                    query: self.query.clone(),
+                    group: self.group.clone(),
+                    measurement: m.clone(),
+                }),
             )),
             Some(_) => {
                 let Some(experiment) = self.query.whole(cx.store) else {
@@ -318,7 +355,11 @@ impl DirKind for MeasurementDir {
 
 /// `where/<obs filter>/ms/<m>/where/`: a directory per var filter, entered by name.
 #[derive(Debug)]
-struct MeasurementWhereDir(Arc<CellQuery>, Arc<AnnDataMeasurement>);
+struct MeasurementWhereDir {
+    query: Arc<CellQuery>,
+    group: Arc<MeasurementGroup>,
+    measurement: Arc<AnnDataMeasurement>,
+}
 
 impl DirKind for MeasurementWhereDir {
     fn list(&self, _: &DirContext) -> Listed {
@@ -326,12 +367,14 @@ impl DirKind for MeasurementWhereDir {
     }
 
     fn find(&self, name: &str) -> Option<NodeKind> {
-        Some(match Filter::parse(name, &self.1.var.schema) {
+        let var = &self.measurement.var;
+        Some(match Filter::parse(name, &var.schema) {
             Ok(filter) => dir(MeasurementDir {
-                query: self.0.clone(),
-                measurement: self.1.clone(),
+                query: self.query.clone(),
+                group: self.group.clone(),
+                measurement: self.measurement.clone(),
                 genes: Some(Arc::new(SelectedRows::new(
-                    &self.1.var,
+                    var,
                     Selection::filtered(filter),
                 ))),
             }),
@@ -340,17 +383,33 @@ impl DirKind for MeasurementWhereDir {
     }
 }
 
+/// The matrices of a query's `X/` or `obsm/`.
+#[derive(Debug)]
+enum Matrices {
+    Opened(Vec<Named>),
+    /// Those of a measurement's collection, opened when listed.
+    Of(Arc<MeasurementGroup>, &'static str),
+}
+
 /// `X/` or `obsm/` of a query: a directory per matrix.
 #[derive(Debug)]
 struct MatricesDir {
     query: Arc<CellQuery>,
     /// The selected genes, for matrices along var.
     genes: Option<Arc<SelectedRows>>,
-    members: Vec<Named>,
+    members: Matrices,
 }
 
 impl DirKind for MatricesDir {
-    fn list(&self, _: &DirContext) -> Listed {
+    fn list(&self, cx: &DirContext) -> Listed {
+        let opened;
+        let members = match &self.members {
+            Matrices::Opened(members) => members,
+            Matrices::Of(group, collection) => {
+                opened = group.matrices(cx.store, collection);
+                &opened
+            }
+        };
         let matrix = |member: &Named| {
             let dir = dir(MatrixDir {
                 query: self.query.clone(),
@@ -359,7 +418,7 @@ impl DirKind for MatricesDir {
             });
             (file_name(&member.name), dir)
         };
-        Listed::of(self.members.iter().map(matrix).collect())
+        Listed::of(members.iter().map(matrix).collect())
     }
 }
 

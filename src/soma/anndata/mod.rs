@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
@@ -177,14 +177,15 @@ pub fn has_anndata(experiment: &GroupObject) -> bool {
     member(experiment, "obs").is_some() && member(experiment, "ms").is_some()
 }
 
-/// Which parts of its measurements an [`AnnDataExperiment`] opens.
+/// Which parts of a measurement are opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Parts {
-    /// Everything an AnnData is made of.
+enum Parts {
+    /// Everything an AnnData is made of ([`AnnDataExperiment::open`]).
     All,
-    /// var, X's layers and obsm: what a query's directories list. A query's h5ad opens
-    /// the rest when it is listed; over object storage uns, varm, obsp and varp are most of
-    /// an experiment's opens (pbmc: about 230 of its 300 requests).
+    /// var and X's layers ([`MeasurementGroup::listed`]): what a query's measurement
+    /// directory lists. Its obsm opens when listed, everything else when an h5ad is: over
+    /// object storage the other parts are most of an experiment's opens (pbmc: about 230 of
+    /// the 300 requests of a query's X when they were opened with it).
     Listed,
 }
 
@@ -193,7 +194,7 @@ impl Parts {
     fn opens(self, name: &str) -> bool {
         match self {
             Parts::All => name == "var" || name == "uns" || MATRIX_PARTS.contains(&name),
-            Parts::Listed => matches!(name, "var" | "X" | "obsm"),
+            Parts::Listed => matches!(name, "var" | "X"),
         }
     }
 }
@@ -202,46 +203,113 @@ impl AnnDataExperiment {
     /// Opens obs and every part of each measurement that has a var and an X with a layer;
     /// `None` when there is no obs or no such measurement.
     pub fn open(store: &dyn Objects, experiment: &GroupObject) -> Option<AnnDataExperiment> {
-        Self::open_parts(store, experiment, Parts::All)
+        let (obs, measurements) = open_obs_and_measurements(store, experiment, |m, object| {
+            AnnDataMeasurement::open(store, m.name.clone(), as_group(&object)?, Parts::All)
+                .map(Arc::new)
+        })?;
+        Some(AnnDataExperiment { obs, measurements })
+    }
+}
+
+/// Opens an experiment's obs and, at the same time, the groups of its measurements that can
+/// be AnnData (they have a var and an X), each given to `each` as soon as it is open: what
+/// `each` opens of a measurement starts without waiting for the others. A level at a time
+/// would wait for the slowest member (an array's open takes twice a group's round trips)
+/// before any group in it opened its own. `None` when there is no obs, or `each` keeps no
+/// measurement.
+fn open_obs_and_measurements<T: Send>(
+    store: &dyn Objects,
+    experiment: &GroupObject,
+    each: impl Fn(&tiledb::Member, Arc<SomaObject>) -> Option<T> + Sync,
+) -> Option<(Arc<ArrayObject>, Vec<T>)> {
+    let (obs, ms) = (member(experiment, "obs")?, member(experiment, "ms")?);
+    let (obs, measurements) = at_once(
+        || open_logged(store, &obs.uri, obs.object_type),
+        || {
+            let ms = open_logged(store, &ms.uri, ms.object_type)?;
+            let members = &as_group(&ms)?.members;
+            let kept = map_at_once(members, AT_ONCE, |m| each(m, open_measurement(store, m)?));
+            Some(kept.into_iter().flatten().collect::<Vec<T>>())
+        },
+    );
+    let obs = match obs?.as_ref() {
+        SomaObject::Array(array) if array.soma_type.is_dataframe() => array.clone(),
+        _ => return None,
+    };
+    let measurements = measurements?;
+    (!measurements.is_empty()).then_some((obs, measurements))
+}
+
+/// Opens the member `m` of an experiment's `ms`: the group of a measurement that can be
+/// AnnData (it has a var and an X), else `None`.
+fn open_measurement(store: &dyn Objects, m: &tiledb::Member) -> Option<Arc<SomaObject>> {
+    let object = open_logged(store, &m.uri, m.object_type)?;
+    let group = as_group(&object)?;
+    let is_measurement = group.soma_type == SomaType::Measurement;
+    let has_parts = member(group, "var").is_some() && member(group, "X").is_some();
+    (is_measurement && has_parts).then_some(object)
+}
+
+/// An experiment's obs and the groups of its measurements that can be AnnData, their parts
+/// not opened: what a query lists before it is looked into.
+#[derive(Debug)]
+pub struct ExperimentOutline {
+    pub obs: Arc<ArrayObject>,
+    pub measurements: Vec<Arc<MeasurementGroup>>,
+}
+
+/// The group of a measurement that can be AnnData, its parts opened when first asked for.
+#[derive(Debug)]
+pub struct MeasurementGroup {
+    pub name: String,
+    /// A [`SomaObject::Group`].
+    group: Arc<SomaObject>,
+    listed: OnceLock<Option<Arc<AnnDataMeasurement>>>,
+}
+
+impl ExperimentOutline {
+    /// Opens obs, `ms` and its measurements' groups; `None` when there is no obs or no
+    /// measurement with a var and an X.
+    pub fn open(store: &dyn Objects, experiment: &GroupObject) -> Option<ExperimentOutline> {
+        let (obs, measurements) = open_obs_and_measurements(store, experiment, |m, group| {
+            Some(Arc::new(MeasurementGroup {
+                name: m.name.clone(),
+                group,
+                listed: OnceLock::new(),
+            }))
+        })?;
+        Some(ExperimentOutline { obs, measurements })
+    }
+}
+
+impl MeasurementGroup {
+    /// Always `Some`: [`open_measurement`] keeps only groups.
+    fn group(&self) -> Option<&GroupObject> {
+        as_group(&self.group)
     }
 
-    /// Opens obs and the `parts` of each measurement that has a var and an X with a layer
-    /// (the others left empty); `None` when there is no obs or no such measurement.
-    ///
-    /// Each object is opened as soon as the group holding it is, not level by level: a
-    /// level would wait for its slowest member (an array's open takes twice a group's
-    /// round trips) before any of the groups in it opened theirs.
-    pub fn open_parts(
-        store: &dyn Objects,
-        experiment: &GroupObject,
-        parts: Parts,
-    ) -> Option<AnnDataExperiment> {
-        let (obs, ms) = (member(experiment, "obs")?, member(experiment, "ms")?);
-        let (obs, measurements) = at_once(
-            || open_logged(store, &obs.uri, obs.object_type),
-            || {
-                let ms = open_logged(store, &ms.uri, ms.object_type)?;
-                let ms = as_group(&ms)?;
-                let measurements = map_at_once(&ms.members, AT_ONCE, |m| {
-                    let object = open_logged(store, &m.uri, m.object_type)?;
-                    let group = as_group(&object)?;
-                    let is_measurement = group.soma_type == SomaType::Measurement;
-                    (is_measurement
-                        && member(group, "var").is_some()
-                        && member(group, "X").is_some())
-                    .then(|| AnnDataMeasurement::open(store, m.name.clone(), group, parts))
-                    .flatten()
-                });
-                Some(measurements)
-            },
-        );
-        let obs = match obs?.as_ref() {
-            SomaObject::Array(array) if array.soma_type.is_dataframe() => array.clone(),
-            _ => return None,
+    /// The measurement's var and X's layers ([`Parts::Listed`]), opened once; `None` when
+    /// they cannot be.
+    pub fn listed(&self, store: &dyn Objects) -> Option<&Arc<AnnDataMeasurement>> {
+        let opened = self.listed.get_or_init(|| {
+            AnnDataMeasurement::open(store, self.name.clone(), self.group()?, Parts::Listed)
+                .map(Arc::new)
+        });
+        opened.as_ref()
+    }
+
+    /// The two-dimensional ND arrays of the measurement's collection `name` (`obsm`, …),
+    /// opened now; none when it has no such collection.
+    pub fn matrices(&self, store: &dyn Objects, name: &str) -> Vec<Named> {
+        let Some(collection) = self.group().and_then(|group| member(group, name)) else {
+            return Vec::new();
         };
-        let measurements: Vec<Arc<AnnDataMeasurement>> =
-            measurements?.into_iter().flatten().map(Arc::new).collect();
-        (!measurements.is_empty()).then_some(AnnDataExperiment { obs, measurements })
+        let opened = open_logged(store, &collection.uri, collection.object_type);
+        let sparse_only = matches!(name, "obsp" | "varp");
+        match opened.as_deref().and_then(as_group) {
+            Some(collection) => matrices(store, collection, sparse_only),
+            None => Vec::new(),
+        }
     }
 }
 
