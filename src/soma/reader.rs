@@ -86,7 +86,11 @@ pub struct BatchReader {
     unit: Option<TileUnit>,
     /// The runs still to read, when reading in runs.
     runs: VecDeque<Run>,
+    /// For a band-sorted read whose runs may be read as spans ([`SpanReads`]).
+    spans: Option<SpanReads>,
     query: Option<ReadQuery>,
+    /// The rows of the current query's span that its run selects, when it reads a span.
+    kept: Option<KeptRows>,
     /// The current query's first batch, when it was read ahead.
     first_batch: Option<Option<Batch>>,
     /// The next runs (at most [`RUNS_AHEAD`]), each reading its first batch.
@@ -766,6 +770,98 @@ fn gather_runs(
     runs
 }
 
+/// Whether a run of several ranges is read as one range, its span, and the rows between
+/// its ranges dropped here. libtiledb tests each cell of every tile a query of several
+/// ranges touches against the ranges (two binary searches a cell, `compute_results_count_sparse`),
+/// which costs more than decompressing the tile; a span is one range, whose cells it
+/// tests in bulk. Both decompress every tile that holds a selected row, so a span is read
+/// when almost every tile of it holds one: when its tiles hold [`SPAN_ROWS_PER_TILE`]
+/// selected rows or more, on average.
+#[derive(Debug, Clone, Copy)]
+struct SpanReads {
+    /// The rows of the first dimension a data tile holds, on average.
+    rows_per_tile: f64,
+}
+
+/// Selected rows a tile of a span must hold on average for the span to be read whole
+/// (a tile is then left without one about e^-4, 2%, of the time).
+const SPAN_ROWS_PER_TILE: f64 = 4.0;
+
+impl SpanReads {
+    /// For a band-sorted read of a sparse array without duplicates (whose several ranges
+    /// would be read unordered); `None` otherwise, or when its tiles' rows are unknown.
+    fn of(array: &ArrayObject, plan: Plan) -> Option<SpanReads> {
+        let Plan::Bands { extent, .. } = plan else {
+            return None;
+        };
+        if array.schema.allows_duplicates {
+            return None;
+        }
+        let tile_cells = array.schema.tile_cells? as f64;
+        let cells_per_row = stored_cells_per_band(array, extent)? as f64 / extent.max(1) as f64;
+        (cells_per_row > 0.0).then(|| SpanReads {
+            rows_per_tile: tile_cells / cells_per_row,
+        })
+    }
+
+    /// The rows `run` keeps of its span, when the span is to be read instead of the run's
+    /// ranges.
+    fn kept_rows(&self, run: &Run) -> Option<KeptRows> {
+        let (first, last) = (run.first()?.0, run.last()?.1);
+        let span = last - first + 1;
+        let selected: i128 = run.iter().map(|(lo, hi)| hi - lo + 1).sum();
+        let per_tile = selected as f64 / span as f64 * self.rows_per_tile;
+        let worth_it = run.len() > 1 && per_tile >= SPAN_ROWS_PER_TILE;
+        // A span of more rows than a bitmap of a few MiB is read as its ranges.
+        (worth_it && span <= 1 << 25).then(|| KeptRows::of(run))
+    }
+}
+
+/// The rows of a span that its run selects: a bit per row of the span.
+#[derive(Debug)]
+struct KeptRows {
+    first: i128,
+    rows: usize,
+    bits: Vec<u64>,
+}
+
+impl KeptRows {
+    fn of(run: &Run) -> KeptRows {
+        let first = run[0].0;
+        let rows = (run[run.len() - 1].1 - first + 1) as usize;
+        let mut bits = vec![0u64; rows.div_ceil(64)];
+        for &(lo, hi) in run {
+            for row in (lo - first) as usize..=(hi - first) as usize {
+                bits[row / 64] |= 1 << (row % 64);
+            }
+        }
+        KeptRows { first, rows, bits }
+    }
+
+    fn last(&self) -> i128 {
+        self.first + self.rows as i128 - 1
+    }
+
+    fn keeps(&self, row: i64) -> bool {
+        // The span's rows are int64 (bands are read of int64 dimensions only).
+        let at = (row as i128 - self.first) as u64 as usize;
+        at < self.rows && self.bits[at / 64] & (1 << (at % 64)) != 0
+    }
+
+    /// The cells of `batch` in the kept rows (its first column is the first dimension).
+    fn filter(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        let rows = int64_values(batch.column(0))?;
+        let keep = BooleanArray::new(
+            BooleanBuffer::collect_bool(rows.len(), |i| self.keeps(rows[i])),
+            None,
+        );
+        if keep.true_count() == batch.num_rows() {
+            return Ok(batch);
+        }
+        Ok(arrow_select::filter::filter_record_batch(&batch, &keep)?)
+    }
+}
+
 impl BatchReader {
     /// Starts reading `selection` of `array`, as of the array's snapshot (through the
     /// handle it was opened with).
@@ -826,6 +922,9 @@ impl BatchReader {
                 )
             }
         };
+        let spans = (bands.is_some() && unsorted.is_none())
+            .then(|| SpanReads::of(array, read.plan))
+            .flatten();
         let query_memory = tiledb_query_memory(array, cells, &runs, &ranges[0]);
         let memory =
             crate::budget::memory().take(read.memory(batch_bytes, query_memory.unwrap_or(0)));
@@ -846,7 +945,9 @@ impl BatchReader {
             expected_cells,
             unit,
             runs,
+            spans,
             query: None,
+            kept: None,
             first_batch: None,
             next_runs: VecDeque::new(),
             schema: array.schema.arrow_of(&columns),
@@ -874,7 +975,7 @@ impl BatchReader {
             self.runs = VecDeque::from([Run::new()]);
             self.expected_rows = Some(0);
         } else if self.runs.is_empty() {
-            self.query = Some(self.new_query(None, true)?);
+            self.query = Some(self.new_query(None, true)?.0);
         }
         Ok(self)
     }
@@ -882,10 +983,15 @@ impl BatchReader {
     /// A query over the reader's ranges, with dimension 0 narrowed to `run` when given
     /// (unordered when it holds several ranges: see [`Run`]); its batches `start_small`
     /// when its consumer waits for its first rows.
-    fn new_query(&self, run: Option<&Run>, start_small: bool) -> Result<ReadQuery> {
+    fn new_query(
+        &self,
+        run: Option<&Run>,
+        start_small: bool,
+    ) -> Result<(ReadQuery, Option<KeptRows>)> {
         let mut ranges = self.ranges.clone();
         let mut expected_cells = self.expected_cells;
         let mut layout = self.layout;
+        let mut kept = None;
         if let Some(run) = run {
             if let Some(bands) = &self.bands {
                 // Per band: scale to the run's rows.
@@ -898,9 +1004,17 @@ impl BatchReader {
                 DataType::UInt64 => Value::UInt(v as u64),
                 _ => Value::Int(v as i64),
             };
-            ranges[0] = run.iter().map(|&(lo, hi)| (bound(lo), bound(hi))).collect();
-            if run.len() > 1 {
-                layout = Layout::Unordered;
+            match self.spans.as_ref().and_then(|spans| spans.kept_rows(run)) {
+                Some(rows) => {
+                    ranges[0] = vec![(bound(rows.first), bound(rows.last()))];
+                    kept = Some(rows);
+                }
+                None => {
+                    ranges[0] = run.iter().map(|&(lo, hi)| (bound(lo), bound(hi))).collect();
+                    if run.len() > 1 {
+                        layout = Layout::Unordered;
+                    }
+                }
             }
         }
         let sizing = BatchSizing {
@@ -925,7 +1039,7 @@ impl BatchReader {
         {
             query.limit_memory(bytes)?;
         }
-        Ok(query)
+        Ok((query, kept))
     }
 
     /// The nulls of each column [`BatchReader::open_unsorted`] counts, once the reader has
@@ -1016,8 +1130,8 @@ impl BatchReader {
             let Some(run) = self.runs.pop_front().filter(|run| !run.is_empty()) else {
                 break;
             };
-            let query = self.new_query(Some(&run), false)?;
-            self.next_runs.push_back(NextRun::start(query)?);
+            let (query, kept) = self.new_query(Some(&run), false)?;
+            self.next_runs.push_back(NextRun::start(query, kept)?);
         }
         let Some(batch) = next else {
             if let Some(ended) = self.query.take() {
@@ -1042,23 +1156,27 @@ impl BatchReader {
             .zip(&self.labels)
             .map(|((column, data), labels)| to_arrow(column, data, cells, labels.as_ref()))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Step::Batch(RecordBatch::try_new(
-            self.schema.clone(),
-            arrays,
-        )?))
+        let batch = RecordBatch::try_new(self.schema.clone(), arrays)?;
+        Ok(Step::Batch(match &self.kept {
+            Some(kept) => kept.filter(batch)?,
+            None => batch,
+        }))
     }
 
     /// Makes the next run's query the current one (`false` when no run is left), and starts
     /// reading the runs after it.
     fn start_run(&mut self) -> Result<bool> {
         if let Some(next_run) = self.next_runs.pop_front() {
-            let (query, first) = next_run.join()?;
+            let (query, kept, first) = next_run.join()?;
             self.query = Some(query);
+            self.kept = kept;
             self.first_batch = Some(first);
         } else {
             match self.runs.pop_front() {
                 Some(run) if !run.is_empty() => {
-                    self.query = Some(self.new_query(Some(&run), true)?)
+                    let (query, kept) = self.new_query(Some(&run), true)?;
+                    self.query = Some(query);
+                    self.kept = kept;
                 }
                 _ => return Ok(false),
             }
@@ -1071,10 +1189,11 @@ impl BatchReader {
 /// that batch: no query outlives its reader.
 struct NextRun {
     reading: Option<std::thread::JoinHandle<(ReadQuery, Result<Option<Batch>>)>>,
+    kept: Option<KeptRows>,
 }
 
 impl NextRun {
-    fn start(mut query: ReadQuery) -> std::io::Result<NextRun> {
+    fn start(mut query: ReadQuery, kept: Option<KeptRows>) -> std::io::Result<NextRun> {
         let reading = std::thread::Builder::new()
             .name("soma-read-next".into())
             .spawn(move || {
@@ -1084,16 +1203,18 @@ impl NextRun {
             })?;
         Ok(NextRun {
             reading: Some(reading),
+            kept,
         })
     }
 
-    /// The query and its first batch (`None`: the run holds nothing).
-    fn join(mut self) -> Result<(ReadQuery, Option<Batch>)> {
+    /// The query, the rows it keeps of its span, and its first batch (`None`: the run
+    /// holds nothing).
+    fn join(mut self) -> Result<(ReadQuery, Option<KeptRows>, Option<Batch>)> {
         let reading = self.reading.take().expect("joined once");
         let (query, first) = reading
             .join()
             .map_err(|_| Error::invalid("the thread reading the next run died"))?;
-        Ok((query, first?))
+        Ok((query, self.kept.take(), first?))
     }
 }
 
@@ -1878,6 +1999,61 @@ mod tests {
         };
         assert_eq!(from(5), [vec![(0, 0)], vec![(5, 9), (10, 14)]]);
         assert_eq!(from(0), [vec![(0, 0)], vec![(5, 9)], vec![(10, 14)]]);
+    }
+
+    #[test]
+    fn a_run_is_read_as_its_span_when_its_tiles_hold_several_selected_rows() {
+        // 1,000,000 cells over rows 0..=999 (1,000 a row), tiles of 10,000 cells: 10 rows.
+        let matrix = |allows_duplicates| {
+            let mut schema = crate::soma::SomaSchema::sparse_frame(vec![
+                int_index("d0"),
+                int_index("d1"),
+                value_column("v"),
+            ]);
+            schema.tile_cells = Some(10_000);
+            schema.allows_duplicates = allows_duplicates;
+            ArrayObject::described(
+                "mem://array",
+                crate::soma::SomaType::SparseNDArray,
+                tiledb::Metadata::new(),
+                schema,
+                vec![Some((Value::Int(0), Value::Int(999))), None],
+                vec![tiledb::Fragment {
+                    uri: "mem://array/f".into(),
+                    cell_num: 1_000_000,
+                    first_dimension: Some(range(0, 999)),
+                }],
+            )
+        };
+        let bands = Plan::Bands {
+            extent: 10,
+            origin: 0,
+        };
+        assert!(SpanReads::of(&matrix(true), bands).is_none());
+        let spans = SpanReads::of(&matrix(false), bands).expect("a sparse matrix's spans");
+        // Every other row of 100: 5 selected rows a tile, read as the span.
+        let every_other: Run = (0..50).map(|i| (100 + 2 * i, 100 + 2 * i)).collect();
+        let kept = spans.kept_rows(&every_other).expect("a span read");
+        assert_eq!((kept.first, kept.last()), (100, 198));
+        // Two rows of 100: most tiles would hold none, read as ranges.
+        assert!(spans.kept_rows(&vec![(100, 100), (199, 199)]).is_none());
+        // One range is read as it is.
+        assert!(spans.kept_rows(&vec![(100, 199)]).is_none());
+
+        // The span's cells in the run's rows are kept, in their order.
+        let rows = arrow_array::Int64Array::from_iter_values([
+            99, 100, 101, 150, 150, 151, 198, 199, 5000,
+        ]);
+        let values = arrow_array::Int64Array::from_iter_values(0..rows.len() as i64);
+        let schema = Arc::new(arrow_schema::Schema::new(vec![
+            arrow_schema::Field::new("d0", DataType::Int64, false),
+            arrow_schema::Field::new("v", DataType::Int64, false),
+        ]));
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(rows), Arc::new(values)]).unwrap();
+        let filtered = kept.filter(batch).unwrap();
+        let column = |i: usize| int64_values(filtered.column(i)).unwrap().to_vec();
+        assert_eq!(column(0), [100, 150, 150, 198]);
+        assert_eq!(column(1), [1, 3, 4, 6]);
     }
 
     #[test]
