@@ -19,8 +19,9 @@ use arrow_array::{Array as _, BooleanArray, RecordBatch};
 
 use crate::format::h5ad::{self, CsrWriter, DenseWriter, FrameIndex, FrameWriter, H5ad};
 use crate::soma::anndata::{
-    self, Along, AnnDataElements, AnnDataExperiment, AnnDataMeasurement, Axis, FrameElement,
-    FrameRows, Layout, MatrixColumns, MatrixElement, UnsCollection, UnsElement, UnsMember,
+    self, Along, AnnDataElements, AnnDataExperiment, AnnDataMeasurement, Axis, CellPlaces,
+    FrameElement, FrameRows, Layout, MatrixColumns, MatrixElement, UnsCollection, UnsElement,
+    UnsMember,
 };
 use crate::soma::{ArrayObject, Selection};
 use crate::tiledb::{MetadataValue, Value};
@@ -207,28 +208,19 @@ fn write_matrix(
         )?)
     };
     anndata::read_cells(array, only, |row_ids, col_ids, values| {
-        let mut keep = Vec::with_capacity(row_ids.len());
-        let (mut at_rows, mut at_cols) = (Vec::new(), Vec::new());
-        for (&r, &c) in row_ids.iter().zip(col_ids) {
-            let place = rows.at(r).zip(cols.at(c));
-            keep.push(place.is_some());
-            if let Some((r, c)) = place {
-                at_rows.push(r);
-                at_cols.push(c);
-            }
-        }
-        let mut values = if at_rows.len() == values.len() {
+        let places = CellPlaces::of((&rows, &cols), row_ids, col_ids);
+        let mut values = if places.keeps_all() {
             values.clone()
         } else {
-            arrow_select::filter::filter(values, &BooleanArray::from(keep))
+            arrow_select::filter::filter(values, &BooleanArray::from(places.keep))
                 .map_err(io::Error::other)?
         };
         if values.data_type() != &value_type {
             values = arrow_cast::cast(&values, &value_type).map_err(io::Error::other)?;
         }
         match &mut matrix {
-            Matrix::Csr(csr) => csr.append(&at_rows, &at_cols, &values),
-            Matrix::Dense(block) => block.put(&at_rows, &at_cols, &values),
+            Matrix::Csr(csr) => csr.append(&places.rows, &places.cols, &values),
+            Matrix::Dense(block) => block.put(&places.rows, &places.cols, &values),
         }
     })?;
     match matrix {

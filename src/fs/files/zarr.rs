@@ -300,11 +300,11 @@ impl ZarrArray {
         let mut chunk = vec![0u8; size];
         let first = rows.start;
         let mut bytes = Vec::new();
-        matrix.cells(rows, |places, keep, values| {
-            let values = matrix.values(values, keep)?;
+        matrix.cells(rows, |places, values| {
+            let values = matrix.values(values, places)?;
             bytes.clear();
             zarr::put_fixed(values.as_ref(), &mut bytes)?;
-            for (i, &(r, c)) in places.iter().enumerate() {
+            for (i, (&r, &c)) in places.rows.iter().zip(&places.cols).enumerate() {
                 let at = ((r - first) * width + c) * item;
                 chunk[at..at + item].copy_from_slice(&bytes[i * item..(i + 1) * item]);
             }

@@ -299,17 +299,18 @@ impl CsrSource {
         };
         let mut pieces: Vec<ArrayRef> = Vec::new();
         let mut columns: Vec<i64> = Vec::new();
-        self.matrix.cells(rows, |places, keep, values| {
+        self.matrix.cells(rows, |places, values| {
             // The kept entries of this batch that fall in `entries`.
-            let first = entries.start.saturating_sub(at).min(places.len() as u64) as usize;
-            let last = entries.end.saturating_sub(at).min(places.len() as u64) as usize;
-            at += places.len() as u64;
+            let kept = places.cols.len() as u64;
+            let first = entries.start.saturating_sub(at).min(kept) as usize;
+            let last = entries.end.saturating_sub(at).min(kept) as usize;
+            at += kept;
             if first >= last {
                 return Ok(());
             }
-            let values = self.matrix.values(values, keep)?;
+            let values = self.matrix.values(values, places)?;
             pieces.push(values.slice(first, last - first));
-            columns.extend(places[first..last].iter().map(|&(_, c)| c as i64));
+            columns.extend(places.cols[first..last].iter().map(|&c| c as i64));
             Ok(())
         })?;
         let pieces: Vec<&dyn arrow_array::Array> = pieces.iter().map(|p| p.as_ref()).collect();

@@ -745,6 +745,50 @@ impl Axis<'_> {
     }
 }
 
+/// The places of a batch's cells in a matrix whose rows and columns are `axes`: where
+/// each cell both axes hold goes (row, column), in the batch's order, and which cells those
+/// are (the others are left out). Cells come row by row, so a row's place is looked up once
+/// for all its cells.
+pub struct CellPlaces {
+    pub rows: Vec<usize>,
+    pub cols: Vec<usize>,
+    pub keep: Vec<bool>,
+}
+
+impl CellPlaces {
+    pub fn of((rows, cols): (&Axis, &Axis), row_ids: &[i64], col_ids: &[i64]) -> CellPlaces {
+        let cells = row_ids.len();
+        let mut places = CellPlaces {
+            rows: Vec::with_capacity(cells),
+            cols: Vec::with_capacity(cells),
+            keep: Vec::with_capacity(cells),
+        };
+        let mut row: Option<(i64, Option<usize>)> = None;
+        for (&r, &c) in row_ids.iter().zip(col_ids) {
+            let row_place = match row {
+                Some((id, place)) if id == r => place,
+                _ => {
+                    let place = rows.at(r);
+                    row = Some((r, place));
+                    place
+                }
+            };
+            let place = row_place.zip(cols.at(c));
+            places.keep.push(place.is_some());
+            if let Some((r, c)) = place {
+                places.rows.push(r);
+                places.cols.push(c);
+            }
+        }
+        places
+    }
+
+    /// Whether every cell of the batch is kept.
+    pub fn keeps_all(&self) -> bool {
+        self.rows.len() == self.keep.len()
+    }
+}
+
 /// Whether every coordinate of dimension `dim` that `array` stores is on `axis`: those of its
 /// non-empty domain from lo to hi are when both ends are, as many places apart.
 fn holds_stored(axis: Axis, array: &ArrayObject, dim: usize) -> bool {

@@ -17,7 +17,7 @@ use arrow_schema::DataType;
 use super::super::joinids::Positions;
 use super::super::object::ArrayObject;
 use super::{column_of, read_cells, read_frame_column, Along, AnnDataElements, Axis, FrameRows};
-use super::{MatrixColumns, MatrixElement};
+use super::{CellPlaces, MatrixColumns, MatrixElement};
 
 /// The rows of obs or var: their join ids in order, each at its place.
 #[derive(Debug)]
@@ -112,12 +112,11 @@ impl MatrixSource {
     }
 
     /// Visits the cells of the rows `rows` (positions), in order, a batch at a time: the
-    /// places (row, column) of the cells on the axes, which of the batch's cells are (the
-    /// others are left out), and the batch's values.
+    /// places of the batch's cells on the axes (see [`CellPlaces`]) and its values.
     pub fn cells(
         &self,
         rows: Range<usize>,
-        mut visit: impl FnMut(&[(usize, usize)], &[bool], &ArrayRef) -> io::Result<()>,
+        mut visit: impl FnMut(&CellPlaces, &ArrayRef) -> io::Result<()>,
     ) -> io::Result<()> {
         if rows.is_empty() {
             return Ok(());
@@ -125,24 +124,20 @@ impl MatrixSource {
         let (row_axis, col_axis) = self.axes();
         let runs = self.rows.positions.runs_at(rows);
         read_cells(&self.array, Some(&runs), |row_ids, col_ids, values| {
-            let mut places = Vec::with_capacity(row_ids.len());
-            let mut keep = Vec::with_capacity(row_ids.len());
-            for (&r, &c) in row_ids.iter().zip(col_ids) {
-                let place = row_axis.at(r).zip(col_axis.at(c));
-                keep.push(place.is_some());
-                places.extend(place);
-            }
-            visit(&places, &keep, values)
+            visit(
+                &CellPlaces::of((&row_axis, &col_axis), row_ids, col_ids),
+                values,
+            )
         })?;
         Ok(())
     }
 
-    /// Values kept (`keep`) and cast to the matrix's value type.
-    pub fn values(&self, values: &ArrayRef, keep: &[bool]) -> io::Result<ArrayRef> {
-        let mut values = if keep.iter().all(|&k| k) {
+    /// The values of the cells `places` keeps, cast to the matrix's value type.
+    pub fn values(&self, values: &ArrayRef, places: &CellPlaces) -> io::Result<ArrayRef> {
+        let mut values = if places.keeps_all() {
             values.clone()
         } else {
-            arrow_select::filter::filter(values, &BooleanArray::from(keep.to_vec()))
+            arrow_select::filter::filter(values, &BooleanArray::from(places.keep.clone()))
                 .map_err(io::Error::other)?
         };
         if values.data_type() != &self.value_type {
@@ -363,8 +358,15 @@ mod tests {
         assert_eq!((rows.len(), rows.at(10), rows.at(20)), (10, Some(0), None));
         assert_eq!((cols.len(), cols.at(6), cols.at(7)), (7, Some(6), None));
         assert_eq!(matrix.axes_id(), "obs\n7");
-        let values: ArrayRef = Arc::new(Float64Array::from(vec![1.5, 2.5, 3.5]));
-        let kept = matrix.values(&values, &[true, false, true]).unwrap();
+        // Rows 10, 20 (not held) and 11; a row's cells share its place.
+        let places = CellPlaces::of((&rows, &cols), &[10, 20, 11, 11], &[0, 1, 6, 7]);
+        assert_eq!(places.keep, [true, false, true, false]);
+        assert_eq!(
+            (places.rows.as_slice(), places.cols.as_slice()),
+            (&[0, 1][..], &[0, 6][..])
+        );
+        let values: ArrayRef = Arc::new(Float64Array::from(vec![1.5, 2.5, 3.5, 4.5]));
+        let kept = matrix.values(&values, &places).unwrap();
         let kept = kept.as_primitive::<arrow_array::types::Float32Type>();
         assert_eq!(kept.values().as_ref(), [1.5f32, 3.5]);
     }
