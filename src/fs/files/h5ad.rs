@@ -11,19 +11,22 @@
 //! datasets batch by batch: what a generation holds is a batch, a chunk or block per dataset,
 //! and a few numbers per cell and gene (join ids, positions, entries per row).
 
+use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_array::{Array as _, BooleanArray, RecordBatch};
+use arrow_array::{Array as _, ArrayRef, BooleanArray, RecordBatch};
 
 use crate::format::h5ad::{self, CsrWriter, DenseWriter, FrameIndex, FrameWriter, H5ad};
+use crate::soma::anndata::AT_ONCE;
 use crate::soma::anndata::{
     self, Along, AnnDataElements, AnnDataExperiment, AnnDataMeasurement, Axis, CellPlaces,
     FrameElement, FrameRows, Layout, MatrixColumns, MatrixElement, UnsCollection, UnsElement,
     UnsMember,
 };
 use crate::soma::{ArrayObject, Selection};
+use crate::sync::map_at_once;
 use crate::tiledb::{MetadataValue, Value};
 
 use super::super::cache::CacheKey;
@@ -75,9 +78,7 @@ impl H5adFile {
     fn estimated_bytes(&self) -> crate::soma::Result<u64> {
         let e = &self.elements;
         let arrays = std::iter::once(&*e.obs.array).chain(e.measurement.arrays());
-        arrays
-            .map(|a| estimated_bytes(a, H5AD_VALUE_BYTES * a.schema.columns.len() as u64))
-            .sum()
+        arrays.map(array_bytes).sum()
     }
 
     /// Generates the file whole into the cache.
@@ -87,50 +88,170 @@ impl H5adFile {
         })
     }
 
-    /// Writes the AnnData to a new HDF5 file at `path`: its elements in order.
+    /// Writes the AnnData to a new HDF5 file at `path`: its elements in order, the small
+    /// ones after X read early ([`EarlyReads`]).
     fn write(&self, path: &Path) -> io::Result<()> {
         let e = &self.elements;
-        let file = H5ad::create(path)?;
-        let root = file.root();
-        let cells = write_frame(root, "obs", &e.obs)?;
-        let genes = write_frame(root, "var", &e.var)?;
-        // The selected cells' rows: all that is read of a matrix along obs.
-        let only = e.obs.is_restricted().then(|| cells.joinids.runs());
-        let axis = |along| match along {
-            Along::Obs => Axis::Joinids(&cells.joinids),
-            Along::Var => Axis::Joinids(&genes.joinids),
-        };
-        let write_element = |group: &HdfGroup, matrix: &MatrixElement| {
-            let rows = axis(matrix.rows);
-            let cols = match matrix.columns {
-                MatrixColumns::Along(along) => axis(along),
-                MatrixColumns::Width => Axis::Indices(e.width(matrix, rows.len())? as usize),
+        let early = EarlyReads::choose(e);
+        std::thread::scope(|scope| {
+            let uns_read = scope.spawn(|| early.read_uns());
+            let file = H5ad::create(path)?;
+            let root = file.root();
+            let cells = write_frame(root, "obs", &e.obs)?;
+            // The selected cells' rows: all that is read of a matrix along obs.
+            let only = e.obs.is_restricted().then(|| cells.joinids.runs());
+            let only_along =
+                |matrix: &MatrixElement| only.as_deref().filter(|_| matrix.rows == Along::Obs);
+            let (early, obs_rows) = (&early, only.clone());
+            let matrices_read = scope.spawn(move || early.read_matrices(obs_rows.as_deref()));
+            let genes = write_frame(root, "var", &e.var)?;
+            let axis = |along| match along {
+                Along::Obs => Axis::Joinids(&cells.joinids),
+                Along::Var => Axis::Joinids(&genes.joinids),
             };
-            let only = only.as_deref().filter(|_| matrix.rows == Along::Obs);
-            let name = file_name(&matrix.name);
-            write_matrix(
-                group,
-                &name,
-                &matrix.array,
-                only,
-                (rows, cols),
-                matrix.layout,
+            let write_element = |group: &HdfGroup, matrix: &MatrixElement, cells: CellsOf| {
+                let rows = axis(matrix.rows);
+                let cols = match matrix.columns {
+                    MatrixColumns::Along(along) => axis(along),
+                    MatrixColumns::Width => Axis::Indices(e.width(matrix, rows.len())? as usize),
+                };
+                let name = file_name(&matrix.name);
+                write_matrix(
+                    group,
+                    &name,
+                    &matrix.array,
+                    cells,
+                    (rows, cols),
+                    matrix.layout,
+                )
+            };
+            write_element(root, &e.x, CellsOf::Read(only_along(&e.x)))?;
+            let mut matrices_read = join_reads(matrices_read);
+            for mapping in &e.mappings {
+                let group = h5ad::mapping(root, mapping.name)?;
+                for matrix in &mapping.members {
+                    let cells = match matrices_read.remove(&matrix.array.uri) {
+                        Some(held) => CellsOf::Held(held?),
+                        None => CellsOf::Read(only_along(matrix)),
+                    };
+                    write_element(&group, matrix, cells)?;
+                }
+            }
+            let uns = h5ad::mapping(root, "uns")?;
+            if let Some(collection) = e.uns() {
+                write_uns(&uns, collection, &mut join_reads(uns_read))?;
+            }
+            drop(uns);
+            file.close()
+        })
+    }
+}
+
+/// What a thread of early reads read; none when it died (each element is then read in turn).
+fn join_reads<T>(reading: std::thread::ScopedJoinHandle<'_, ReadEarly<T>>) -> ReadEarly<T> {
+    reading.join().unwrap_or_default()
+}
+
+/// Elements read early, by array URI.
+type ReadEarly<T> = HashMap<String, io::Result<T>>;
+
+/// A matrix's cells as read: (row ids, column ids, values) a batch at a time.
+type HeldCells = Vec<(Vec<i64>, Vec<i64>, ArrayRef)>;
+
+/// The small elements after X (the matrices of `layers`, `obsm`, `varm`, `obsp` and
+/// `varp`, and uns's arrays), read all at once on threads of their own while obs, var and X
+/// are written. Each read costs a few round trips to object storage, so read in turn they
+/// were most of a query's h5ad over S3. An element is read early when it is estimated at
+/// [`EARLY_READ_BYTES`] or less and the memory budget has room for all of them; the others
+/// are read when their turn comes, streamed as X is.
+struct EarlyReads<'a> {
+    matrices: Vec<&'a MatrixElement>,
+    uns: Vec<&'a ArrayObject>,
+    /// The share of the memory budget they hold until the file is written.
+    _memory: Option<crate::budget::Permit>,
+}
+
+/// The most an element read early is estimated at.
+const EARLY_READ_BYTES: u64 = 4 << 20;
+
+impl<'a> EarlyReads<'a> {
+    fn choose(e: &'a AnnDataElements) -> EarlyReads<'a> {
+        let small =
+            |array: &ArrayObject| array_bytes(array).is_ok_and(|bytes| bytes <= EARLY_READ_BYTES);
+        let matrices: Vec<&MatrixElement> = (e.mappings.iter())
+            .flat_map(|mapping| &mapping.members)
+            .filter(|matrix| small(&matrix.array))
+            .collect();
+        let mut uns = Vec::new();
+        if let Some(collection) = e.uns() {
+            uns_arrays(collection, &mut uns);
+        }
+        uns.retain(|array| small(array));
+        let bytes = (matrices
+            .iter()
+            .map(|m| &*m.array)
+            .chain(uns.iter().copied()))
+        .map(|array| array_bytes(array).unwrap_or(EARLY_READ_BYTES))
+        .sum();
+        match crate::budget::memory().try_take(bytes) {
+            Some(permit) => EarlyReads {
+                matrices,
+                uns,
+                _memory: Some(permit),
+            },
+            None => EarlyReads {
+                matrices: Vec::new(),
+                uns: Vec::new(),
+                _memory: None,
+            },
+        }
+    }
+
+    /// Reads the matrices, those along obs in the rows `obs_rows` only (all when `None`).
+    fn read_matrices(&self, obs_rows: Option<&[(i64, i64)]>) -> ReadEarly<HeldCells> {
+        let read = |matrix: &&MatrixElement| {
+            let mut held = HeldCells::new();
+            let only = obs_rows.filter(|_| matrix.rows == Along::Obs);
+            let cells = anndata::read_cells(&matrix.array, only, |rows, cols, values| {
+                held.push((rows.to_vec(), cols.to_vec(), values.clone()));
+                Ok(())
+            });
+            (
+                matrix.array.uri.clone(),
+                cells.map(|_| held).map_err(io::Error::other),
             )
         };
-        write_element(root, &e.x)?;
-        for mapping in &e.mappings {
-            let group = h5ad::mapping(root, mapping.name)?;
-            for matrix in &mapping.members {
-                write_element(&group, matrix)?;
-            }
-        }
-        let uns = h5ad::mapping(root, "uns")?;
-        if let Some(collection) = e.uns() {
-            write_uns(&uns, collection)?;
-        }
-        drop(uns);
-        file.close()
+        map_at_once(&self.matrices, AT_ONCE, read)
+            .into_iter()
+            .collect()
     }
+
+    fn read_uns(&self) -> ReadEarly<UnsElement> {
+        let read = |array: &&ArrayObject| (array.uri.clone(), anndata::uns_element(array));
+        map_at_once(&self.uns, AT_ONCE, read).into_iter().collect()
+    }
+}
+
+/// The arrays of an uns collection and of the collections in it.
+fn uns_arrays<'a>(collection: &'a UnsCollection, into: &mut Vec<&'a ArrayObject>) {
+    for (_, member) in collection.members_kept() {
+        match member {
+            UnsMember::Collection(inner) => uns_arrays(inner, into),
+            UnsMember::Array(array) => into.push(array),
+        }
+    }
+}
+
+/// Where a matrix's cells come from: read now, in the rows given (all when `None`), or
+/// read early.
+enum CellsOf<'a> {
+    Read(Option<&'a [(i64, i64)]>),
+    Held(HeldCells),
+}
+
+/// About how many bytes an array comes to in an h5ad file.
+fn array_bytes(array: &ArrayObject) -> crate::soma::Result<u64> {
+    estimated_bytes(array, H5AD_VALUE_BYTES * array.schema.columns.len() as u64)
 }
 
 /// Writes a data frame's rows as obs or var, and returns what its first pass found.
@@ -189,7 +310,7 @@ fn write_matrix(
     parent: &HdfGroup,
     name: &str,
     array: &ArrayObject,
-    only: Option<&[(i64, i64)]>,
+    cells: CellsOf,
     (rows, cols): (Axis, Axis),
     layout: Layout,
 ) -> io::Result<()> {
@@ -207,7 +328,7 @@ fn write_matrix(
             expected,
         )?)
     };
-    anndata::read_cells(array, only, |row_ids, col_ids, values| {
+    let mut put = |row_ids: &[i64], col_ids: &[i64], values: &ArrayRef| {
         let places = CellPlaces::of((&rows, &cols), row_ids, col_ids);
         let mut values = if places.keeps_all() {
             values.clone()
@@ -222,7 +343,15 @@ fn write_matrix(
             Matrix::Csr(csr) => csr.append(&places.rows, &places.cols, &values),
             Matrix::Dense(block) => block.put(&places.rows, &places.cols, &values),
         }
-    })?;
+    };
+    match cells {
+        CellsOf::Read(only) => anndata::read_cells(array, only, put)?,
+        CellsOf::Held(held) => {
+            for (row_ids, col_ids, values) in &held {
+                put(row_ids, col_ids, values)?;
+            }
+        }
+    }
     match matrix {
         Matrix::Csr(csr) => csr.finish(),
         Matrix::Dense(block) => block.finish(),
@@ -232,12 +361,24 @@ fn write_matrix(
 /// Writes an uns collection as to_anndata reads it: each member (a collection as a mapping,
 /// an array as below), then each metadata value not starting with `soma_` (a value wins over
 /// a member of the same name).
-fn write_uns(group: &HdfGroup, collection: &UnsCollection) -> io::Result<()> {
+fn write_uns(
+    group: &HdfGroup,
+    collection: &UnsCollection,
+    read_early: &mut ReadEarly<UnsElement>,
+) -> io::Result<()> {
     for (name, member) in collection.members_kept() {
         let key = file_name(name);
         match member {
-            UnsMember::Collection(inner) => write_uns(&h5ad::mapping(group, &key)?, inner)?,
-            UnsMember::Array(array) => write_uns_array(group, &key, array)?,
+            UnsMember::Collection(inner) => {
+                write_uns(&h5ad::mapping(group, &key)?, inner, read_early)?
+            }
+            UnsMember::Array(array) => {
+                let element = match read_early.remove(&array.uri) {
+                    Some(element) => element?,
+                    None => anndata::uns_element(array)?,
+                };
+                write_uns_array(group, &key, array, element)?
+            }
         }
     }
     for (name, value) in collection.values() {
@@ -246,8 +387,13 @@ fn write_uns(group: &HdfGroup, collection: &UnsCollection) -> io::Result<()> {
     Ok(())
 }
 
-fn write_uns_array(group: &HdfGroup, key: &str, array: &ArrayObject) -> io::Result<()> {
-    match anndata::uns_element(array)? {
+fn write_uns_array(
+    group: &HdfGroup,
+    key: &str,
+    array: &ArrayObject,
+    element: UnsElement,
+) -> io::Result<()> {
+    match element {
         UnsElement::Array { shape, values } => h5ad::write_array(group, key, &shape, &values),
         UnsElement::Frame { batches, index } => {
             write_frame_rows(group, key, array, &batches, uns_frame_index(index))
