@@ -121,8 +121,27 @@ fn open_logged(store: &dyn Objects, uri: &str, recorded: ObjectType) -> Option<A
         .ok()
 }
 
-fn member<'a>(group: &'a GroupObject, name: &str) -> Option<&'a crate::tiledb::Member> {
-    group.members.iter().find(|m| m.name == name)
+fn member<'a>(members: &'a [tiledb::Member], name: &str) -> Option<&'a tiledb::Member> {
+    members.iter().find(|m| m.name == name)
+}
+
+/// Opens the group member `m` and, at the same time, gives its members to `inside` as soon
+/// as they are read, before the group's metadata is: what is in a group starts opening a
+/// round of requests earlier than after the group's open (as the tree does for a path
+/// looked up). Both come from one open of the group ([`Objects::members`]). `None` when `m`
+/// cannot be opened as a group.
+fn open_group_with<T: Send>(
+    store: &dyn Objects,
+    m: &tiledb::Member,
+    inside: impl FnOnce(&[tiledb::Member]) -> T + Send,
+) -> Option<(Arc<SomaObject>, T)> {
+    let (object, inner) = at_once(
+        || open_logged(store, &m.uri, m.object_type),
+        || store.members(&m.uri).ok().map(|members| inside(&members)),
+    );
+    let object = object?;
+    as_group(&object)?;
+    Some((object, inner?))
 }
 
 /// How many objects of an experiment are opened (or small ones read) at once: each is a
@@ -131,8 +150,8 @@ fn member<'a>(group: &'a GroupObject, name: &str) -> Option<&'a crate::tiledb::M
 pub const AT_ONCE: usize = 8;
 
 /// The arrays among a group's members (in member order), opened at once.
-fn member_arrays(store: &dyn Objects, group: &GroupObject) -> Vec<Named> {
-    map_at_once(&group.members, AT_ONCE, |m| {
+fn member_arrays(store: &dyn Objects, members: &[tiledb::Member]) -> Vec<Named> {
+    map_at_once(members, AT_ONCE, |m| {
         match open_logged(store, &m.uri, m.object_type)?.as_ref() {
             SomaObject::Array(array) => Some(Named {
                 name: m.name.clone(),
@@ -153,10 +172,10 @@ fn as_group(object: &SomaObject) -> Option<&GroupObject> {
     }
 }
 
-/// The arrays of a measurement's collection that are two-dimensional ND arrays (sparse only
-/// when `sparse_only`).
-fn matrices(store: &dyn Objects, collection: &GroupObject, sparse_only: bool) -> Vec<Named> {
-    member_arrays(store, collection)
+/// The arrays among the members of a measurement's collection that are two-dimensional ND
+/// arrays (sparse only when `sparse_only`).
+fn matrices(store: &dyn Objects, members: &[tiledb::Member], sparse_only: bool) -> Vec<Named> {
+    member_arrays(store, members)
         .into_iter()
         .filter(|named| {
             let array = &named.array;
@@ -174,7 +193,7 @@ fn matrices(store: &dyn Objects, collection: &GroupObject, sparse_only: bool) ->
 /// Decided from its members alone, so that its listing waits for no open; `anndata/`
 /// lists the measurements that have a `var` and an `X`.
 pub fn has_anndata(experiment: &GroupObject) -> bool {
-    member(experiment, "obs").is_some() && member(experiment, "ms").is_some()
+    member(&experiment.members, "obs").is_some() && member(&experiment.members, "ms").is_some()
 }
 
 /// Which parts of a measurement are opened.
@@ -203,33 +222,45 @@ impl AnnDataExperiment {
     /// Opens obs and every part of each measurement that has a var and an X with a layer;
     /// `None` when there is no obs or no such measurement.
     pub fn open(store: &dyn Objects, experiment: &GroupObject) -> Option<AnnDataExperiment> {
-        let (obs, measurements) = open_obs_and_measurements(store, experiment, |m, object| {
-            AnnDataMeasurement::open(store, m.name.clone(), as_group(&object)?, Parts::All)
-                .map(Arc::new)
+        let (obs, measurements) = open_obs_and_measurements(store, experiment, |m, members| {
+            AnnDataMeasurement::open(store, m.name.clone(), members, Parts::All).map(Arc::new)
         })?;
+        let measurements = measurements.into_iter().map(|(_, m)| m).collect();
         Some(AnnDataExperiment { obs, measurements })
     }
 }
 
-/// Opens an experiment's obs and, at the same time, the groups of its measurements that can
-/// be AnnData (they have a var and an X), each given to `each` as soon as it is open: what
-/// `each` opens of a measurement starts without waiting for the others. A level at a time
-/// would wait for the slowest member (an array's open takes twice a group's round trips)
-/// before any group in it opened its own. `None` when there is no obs, or `each` keeps no
-/// measurement.
+/// A measurement's group, and what was made of its members.
+type OpenedMeasurement<T> = (Arc<SomaObject>, T);
+
+/// Opens an experiment's obs and, at the same time, its measurements that can be AnnData
+/// (groups with a var and an X), each measurement's members given to `each` as soon as they
+/// are read: what `each` opens of a measurement starts without waiting for the others, or
+/// for the measurement's metadata. A level at a time would wait for the slowest member (an
+/// array's open takes twice a group's round trips) before any group in it opened its own.
+/// `None` when there is no obs, or `each` keeps no measurement.
 fn open_obs_and_measurements<T: Send>(
     store: &dyn Objects,
     experiment: &GroupObject,
-    each: impl Fn(&tiledb::Member, Arc<SomaObject>) -> Option<T> + Sync,
-) -> Option<(Arc<ArrayObject>, Vec<T>)> {
-    let (obs, ms) = (member(experiment, "obs")?, member(experiment, "ms")?);
+    each: impl Fn(&tiledb::Member, &[tiledb::Member]) -> Option<T> + Sync,
+) -> Option<(Arc<ArrayObject>, Vec<OpenedMeasurement<T>>)> {
+    let members = &experiment.members;
+    let (obs, ms) = (member(members, "obs")?, member(members, "ms")?);
+    let measurement = |m: &tiledb::Member| {
+        let (object, kept) = open_group_with(store, m, |members| {
+            let has_parts = member(members, "var").is_some() && member(members, "X").is_some();
+            has_parts.then(|| each(m, members)).flatten()
+        })?;
+        let is_measurement = as_group(&object)?.soma_type == SomaType::Measurement;
+        is_measurement.then_some((object, kept?))
+    };
     let (obs, measurements) = at_once(
         || open_logged(store, &obs.uri, obs.object_type),
         || {
-            let ms = open_logged(store, &ms.uri, ms.object_type)?;
-            let members = &as_group(&ms)?.members;
-            let kept = map_at_once(members, AT_ONCE, |m| each(m, open_measurement(store, m)?));
-            Some(kept.into_iter().flatten().collect::<Vec<T>>())
+            let (_, kept) = open_group_with(store, ms, |members| {
+                map_at_once(members, AT_ONCE, measurement)
+            })?;
+            Some(kept.into_iter().flatten().collect::<Vec<_>>())
         },
     );
     let obs = match obs?.as_ref() {
@@ -238,16 +269,6 @@ fn open_obs_and_measurements<T: Send>(
     };
     let measurements = measurements?;
     (!measurements.is_empty()).then_some((obs, measurements))
-}
-
-/// Opens the member `m` of an experiment's `ms`: the group of a measurement that can be
-/// AnnData (it has a var and an X), else `None`.
-fn open_measurement(store: &dyn Objects, m: &tiledb::Member) -> Option<Arc<SomaObject>> {
-    let object = open_logged(store, &m.uri, m.object_type)?;
-    let group = as_group(&object)?;
-    let is_measurement = group.soma_type == SomaType::Measurement;
-    let has_parts = member(group, "var").is_some() && member(group, "X").is_some();
-    (is_measurement && has_parts).then_some(object)
 }
 
 /// An experiment's obs and the groups of its measurements that can be AnnData, their parts
@@ -271,28 +292,33 @@ impl ExperimentOutline {
     /// Opens obs, `ms` and its measurements' groups; `None` when there is no obs or no
     /// measurement with a var and an X.
     pub fn open(store: &dyn Objects, experiment: &GroupObject) -> Option<ExperimentOutline> {
-        let (obs, measurements) = open_obs_and_measurements(store, experiment, |m, group| {
-            Some(Arc::new(MeasurementGroup {
-                name: m.name.clone(),
-                group,
-                listed: OnceLock::new(),
-            }))
-        })?;
+        let (obs, measurements) =
+            open_obs_and_measurements(store, experiment, |m, _| Some(m.name.clone()))?;
+        let measurements = (measurements.into_iter())
+            .map(|(group, name)| {
+                Arc::new(MeasurementGroup {
+                    name,
+                    group,
+                    listed: OnceLock::new(),
+                })
+            })
+            .collect();
         Some(ExperimentOutline { obs, measurements })
     }
 }
 
 impl MeasurementGroup {
-    /// Always `Some`: [`open_measurement`] keeps only groups.
-    fn group(&self) -> Option<&GroupObject> {
-        as_group(&self.group)
+    /// Its members (none when it is no group, which [`open_obs_and_measurements`] keeps
+    /// none of).
+    fn members(&self) -> &[tiledb::Member] {
+        as_group(&self.group).map_or(&[], |group| &group.members)
     }
 
     /// The measurement's var and X's layers ([`Parts::Listed`]), opened once; `None` when
     /// they cannot be.
     pub fn listed(&self, store: &dyn Objects) -> Option<&Arc<AnnDataMeasurement>> {
         let opened = self.listed.get_or_init(|| {
-            AnnDataMeasurement::open(store, self.name.clone(), self.group()?, Parts::Listed)
+            AnnDataMeasurement::open(store, self.name.clone(), self.members(), Parts::Listed)
                 .map(Arc::new)
         });
         opened.as_ref()
@@ -301,15 +327,15 @@ impl MeasurementGroup {
     /// The two-dimensional ND arrays of the measurement's collection `name` (`obsm`, …),
     /// opened now; none when it has no such collection.
     pub fn matrices(&self, store: &dyn Objects, name: &str) -> Vec<Named> {
-        let Some(collection) = self.group().and_then(|group| member(group, name)) else {
+        let Some(collection) = member(self.members(), name) else {
             return Vec::new();
         };
-        let opened = open_logged(store, &collection.uri, collection.object_type);
         let sparse_only = matches!(name, "obsp" | "varp");
-        match opened.as_deref().and_then(as_group) {
-            Some(collection) => matrices(store, collection, sparse_only),
-            None => Vec::new(),
-        }
+        open_group_with(store, collection, |members| {
+            matrices(store, members, sparse_only)
+        })
+        .map(|(_, matrices)| matrices)
+        .unwrap_or_default()
     }
 }
 
@@ -325,32 +351,32 @@ enum Part {
 const MATRIX_PARTS: [&str; 5] = ["X", "obsm", "varm", "obsp", "varp"];
 
 impl AnnDataMeasurement {
+    /// Opens the `parts` of the measurement whose members are `members`.
     fn open(
         store: &dyn Objects,
         name: String,
-        group: &GroupObject,
+        members: &[tiledb::Member],
         parts: Parts,
     ) -> Option<AnnDataMeasurement> {
-        // var, X, obsm, …, uns at once, each collection's members as soon as it is open.
-        let opened = map_at_once(&group.members, group.members.len(), |m| {
+        // var, X, obsm, …, uns at once, each collection's members as soon as they are read.
+        let opened = map_at_once(members, members.len(), |m| {
             if !parts.opens(&m.name) {
                 return None;
             }
             let matrix_part = MATRIX_PARTS.iter().find(|&&part| part == m.name);
-            let object = open_logged(store, &m.uri, m.object_type)?;
-            Some(match (object.as_ref(), matrix_part) {
-                (SomaObject::Array(array), _) if m.name == "var" => {
-                    if !array.soma_type.is_dataframe() {
-                        return None;
+            Some(match (m.name.as_str(), matrix_part) {
+                ("var", _) => match open_logged(store, &m.uri, m.object_type)?.as_ref() {
+                    SomaObject::Array(array) if array.soma_type.is_dataframe() => {
+                        Part::Var(array.clone())
                     }
-                    Part::Var(array.clone())
-                }
-                (SomaObject::Group(uns), _) if m.name == "uns" => {
-                    Part::Uns(uns_collection(store, uns, &[]))
-                }
-                (SomaObject::Group(collection), Some(&part)) => {
+                    _ => return None,
+                },
+                ("uns", _) => Part::Uns(open_uns(store, m)?),
+                (_, Some(&part)) => {
                     let sparse_only = matches!(part, "obsp" | "varp");
-                    Part::Matrices(part, matrices(store, collection, sparse_only))
+                    let (_, matrices) =
+                        open_group_with(store, m, |members| matrices(store, members, sparse_only))?;
+                    Part::Matrices(part, matrices)
                 }
                 _ => return None,
             })
@@ -403,31 +429,43 @@ impl AnnDataMeasurement {
 
 /// Opens an uns collection and everything in it. A collection that holds one of the
 /// collections it is in is left out (with a warning): it would never end.
-fn uns_collection(store: &dyn Objects, group: &GroupObject, within: &[&str]) -> UnsCollection {
-    let within: Vec<&str> = within.iter().copied().chain([group.uri.as_str()]).collect();
-    // Each member at once, and each collection's members as soon as it is open.
-    let members = map_at_once(&group.members, AT_ONCE, |m| {
-        let object = open_logged(store, &m.uri, m.object_type)?;
-        let member = match object.as_ref() {
-            SomaObject::Group(inner) if within.contains(&inner.uri.as_str()) => {
-                warn!("anndata: {} holds {}, which holds it", group.uri, inner.uri);
-                return None;
-            }
-            SomaObject::Group(inner) => {
-                UnsMember::Collection(uns_collection(store, inner, &within))
-            }
-            SomaObject::Array(array) => UnsMember::Array(array.clone()),
-        };
-        Some((m.name.clone(), member))
-    })
-    .into_iter()
-    .flatten()
-    .collect();
-    UnsCollection {
+/// Opens the uns collection `m`, the collections in it and their arrays, each collection's
+/// members as soon as they are read; `None` when it cannot be opened as a group.
+fn open_uns(store: &dyn Objects, m: &tiledb::Member) -> Option<UnsCollection> {
+    uns_collection(store, m, &[])
+}
+
+/// The collection `m` of uns, held by the collections `within` (URIs: one that holds one of
+/// them is left out, with a warning).
+fn uns_collection(
+    store: &dyn Objects,
+    m: &tiledb::Member,
+    within: &[&str],
+) -> Option<UnsCollection> {
+    let within: Vec<&str> = within.iter().copied().chain([m.uri.as_str()]).collect();
+    let (group, members) = open_group_with(store, m, |members| {
+        // Each member at once, and each collection's members as soon as they are read.
+        map_at_once(members, AT_ONCE, |inner| {
+            let member = match inner.object_type {
+                ObjectType::Group if within.contains(&inner.uri.as_str()) => {
+                    warn!("anndata: {} holds {}, which holds it", m.uri, inner.uri);
+                    return None;
+                }
+                ObjectType::Group => UnsMember::Collection(uns_collection(store, inner, &within)?),
+                _ => match open_logged(store, &inner.uri, inner.object_type)?.as_ref() {
+                    SomaObject::Array(array) => UnsMember::Array(array.clone()),
+                    SomaObject::Group(_) => return None,
+                },
+            };
+            Some((inner.name.clone(), member))
+        })
+    })?;
+    let group = as_group(&group)?;
+    Some(UnsCollection {
         metadata: group.metadata.clone(),
         fingerprint: format!("{:?}{:?}", group.metadata, group.members),
-        members,
-    }
+        members: members.into_iter().flatten().collect(),
+    })
 }
 
 impl UnsCollection {
@@ -1030,10 +1068,12 @@ mod tests {
             collection("inner", &[("back", "uns"), ("leaf", "leaf")]),
             collection("leaf", &[]),
         ]);
-        let SomaObject::Group(uns) = store.0[0].as_ref() else {
-            unreachable!()
+        let uns = tiledb::Member {
+            name: "uns".into(),
+            uri: "uns".into(),
+            object_type: ObjectType::Group,
         };
-        let collection = uns_collection(&store, uns, &[]);
+        let collection = open_uns(&store, &uns).expect("uns opens");
         let [(name, UnsMember::Collection(inner))] = collection.members.as_slice() else {
             panic!("uns holds inner: {collection:?}")
         };
