@@ -13,6 +13,7 @@
 - h5py finds encoding-type and encoding-version on every group and dataset.
 - scanpy's normalize_total, log1p, highly_variable_genes and pca run on a mounted file.
 - R reads X through hdf5r (skipped only when the R package is missing).
+- under a --max-memory below one reader's share (readers take turns) an h5ad is whole.
 - sizes: 0 until generated, exact after; --exact-sizes answers stat exactly; the cache is
   reused; a member named `anndata` wins; an experiment without obs and ms has no
   `anndata/`; a file that cannot be made is EIO, leaves nothing in the cache, and the daemon
@@ -234,6 +235,16 @@ def test_category_h5ad_equals_to_anndata_of_its_cells(
     expected = restricted(whole, column, label)
     assert 0 < expected.n_obs < whole.n_obs, "the test wants a proper subset"
     assert_anndata_equal(got, expected, f"{store} {column}={label!r}")
+
+
+def test_an_h5ad_is_whole_when_its_readers_must_take_turns(fixtures_dir):
+    """--max-memory far below one reader's share: every reader takes the whole budget, so
+    the h5ad's reads (X's, and those of its small elements read early, at once) run one at
+    a time; the file is still whole and equal to to_anndata, and nothing waits forever."""
+    with mount_guard(fixtures_dir / "pbmc", "--max-memory", "8M", label="h5ad 8M") as mp:
+        got = read_quietly(Path(mp, "anndata", "RNA.h5ad"))
+    expected = reference(fixtures_dir / "pbmc", "RNA")
+    assert_anndata_equal(got, expected, "pbmc RNA under --max-memory 8M")
 
 
 def test_anndata_lists_measurements_and_categories(mounts):

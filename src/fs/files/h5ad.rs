@@ -162,49 +162,43 @@ type HeldCells = Vec<(Vec<i64>, Vec<i64>, ArrayRef)>;
 /// `varp`, and uns's arrays), read all at once on threads of their own while obs, var and X
 /// are written. Each read costs a few round trips to object storage, so read in turn they
 /// were most of a query's h5ad over S3. An element is read early when it is estimated at
-/// [`EARLY_READ_BYTES`] or less and the memory budget has room for all of them; the others
-/// are read when their turn comes, streamed as X is.
+/// [`EARLY_READ_BYTES`] or less, as long as those chosen come to [`EARLY_READS_BYTES`] at
+/// most; the others are read when their turn comes, streamed as X is.
+///
+/// What they hold is bounded by that, like the writer's own blocks, and not taken from the
+/// memory budget: their readers take their shares from it, and holding a share while the
+/// file waits for them could leave a reader of X waiting for memory that never comes.
 struct EarlyReads<'a> {
     matrices: Vec<&'a MatrixElement>,
     uns: Vec<&'a ArrayObject>,
-    /// The share of the memory budget they hold until the file is written.
-    _memory: Option<crate::budget::Permit>,
 }
 
 /// The most an element read early is estimated at.
 const EARLY_READ_BYTES: u64 = 4 << 20;
 
+/// The most the elements read early are estimated at, together.
+const EARLY_READS_BYTES: u64 = 32 << 20;
+
 impl<'a> EarlyReads<'a> {
     fn choose(e: &'a AnnDataElements) -> EarlyReads<'a> {
-        let small =
-            |array: &ArrayObject| array_bytes(array).is_ok_and(|bytes| bytes <= EARLY_READ_BYTES);
-        let matrices: Vec<&MatrixElement> = (e.mappings.iter())
-            .flat_map(|mapping| &mapping.members)
-            .filter(|matrix| small(&matrix.array))
-            .collect();
+        let mut left = EARLY_READS_BYTES;
+        let mut fits = |array: &ArrayObject| match array_bytes(array) {
+            Ok(bytes) if bytes <= EARLY_READ_BYTES && bytes <= left => {
+                left -= bytes;
+                true
+            }
+            _ => false,
+        };
         let mut uns = Vec::new();
         if let Some(collection) = e.uns() {
             uns_arrays(collection, &mut uns);
         }
-        uns.retain(|array| small(array));
-        let bytes = (matrices
-            .iter()
-            .map(|m| &*m.array)
-            .chain(uns.iter().copied()))
-        .map(|array| array_bytes(array).unwrap_or(EARLY_READ_BYTES))
-        .sum();
-        match crate::budget::memory().try_take(bytes) {
-            Some(permit) => EarlyReads {
-                matrices,
-                uns,
-                _memory: Some(permit),
-            },
-            None => EarlyReads {
-                matrices: Vec::new(),
-                uns: Vec::new(),
-                _memory: None,
-            },
-        }
+        uns.retain(|array| fits(array));
+        let matrices = (e.mappings.iter())
+            .flat_map(|mapping| &mapping.members)
+            .filter(|matrix| fits(&matrix.array))
+            .collect();
+        EarlyReads { matrices, uns }
     }
 
     /// Reads the matrices, those along obs in the rows `obs_rows` only (all when `None`).
