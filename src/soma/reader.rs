@@ -88,9 +88,7 @@ pub struct BatchReader {
     runs: VecDeque<Run>,
     /// For a band-sorted read whose runs may be read as spans ([`SpanReads`]).
     spans: Option<SpanReads>,
-    query: Option<ReadQuery>,
-    /// The rows of the current query's span that its run selects, when it reads a span.
-    kept: Option<KeptRows>,
+    query: Option<RunQuery>,
     /// The current query's first batch, when it was read ahead.
     first_batch: Option<Option<Batch>>,
     /// The next runs (at most [`RUNS_AHEAD`]), each reading its first batch.
@@ -947,7 +945,6 @@ impl BatchReader {
             runs,
             spans,
             query: None,
-            kept: None,
             first_batch: None,
             next_runs: VecDeque::new(),
             schema: array.schema.arrow_of(&columns),
@@ -975,7 +972,7 @@ impl BatchReader {
             self.runs = VecDeque::from([Run::new()]);
             self.expected_rows = Some(0);
         } else if self.runs.is_empty() {
-            self.query = Some(self.new_query(None, true)?.0);
+            self.query = Some(self.new_query(None, true)?);
         }
         Ok(self)
     }
@@ -983,11 +980,7 @@ impl BatchReader {
     /// A query over the reader's ranges, with dimension 0 narrowed to `run` when given
     /// (unordered when it holds several ranges: see [`Run`]); its batches `start_small`
     /// when its consumer waits for its first rows.
-    fn new_query(
-        &self,
-        run: Option<&Run>,
-        start_small: bool,
-    ) -> Result<(ReadQuery, Option<KeptRows>)> {
+    fn new_query(&self, run: Option<&Run>, start_small: bool) -> Result<RunQuery> {
         let mut ranges = self.ranges.clone();
         let mut expected_cells = self.expected_cells;
         let mut layout = self.layout;
@@ -1039,7 +1032,7 @@ impl BatchReader {
         {
             query.limit_memory(bytes)?;
         }
-        Ok((query, kept))
+        Ok(RunQuery { query, kept })
     }
 
     /// The nulls of each column [`BatchReader::open_unsorted`] counts, once the reader has
@@ -1122,6 +1115,7 @@ impl BatchReader {
                 .query
                 .as_mut()
                 .expect("a run was just started")
+                .query
                 .next_batch()?,
         };
         // The runs after this one start once it has its first batch: they must not slow
@@ -1130,12 +1124,12 @@ impl BatchReader {
             let Some(run) = self.runs.pop_front().filter(|run| !run.is_empty()) else {
                 break;
             };
-            let (query, kept) = self.new_query(Some(&run), false)?;
-            self.next_runs.push_back(NextRun::start(query, kept)?);
+            let query = self.new_query(Some(&run), false)?;
+            self.next_runs.push_back(NextRun::start(query)?);
         }
         let Some(batch) = next else {
             if let Some(ended) = self.query.take() {
-                let counts = ended
+                let counts = (ended.query)
                     .null_counts()
                     .ok_or_else(|| Error::invalid("a read query ended without its null counts"))?;
                 for ((_, total), (_, count)) in self.null_counts.iter_mut().zip(counts) {
@@ -1157,7 +1151,8 @@ impl BatchReader {
             .map(|((column, data), labels)| to_arrow(column, data, cells, labels.as_ref()))
             .collect::<Result<Vec<_>>>()?;
         let batch = RecordBatch::try_new(self.schema.clone(), arrays)?;
-        Ok(Step::Batch(match &self.kept {
+        let kept = self.query.as_ref().and_then(|q| q.kept.as_ref());
+        Ok(Step::Batch(match kept {
             Some(kept) => kept.filter(batch)?,
             None => batch,
         }))
@@ -1167,16 +1162,13 @@ impl BatchReader {
     /// reading the runs after it.
     fn start_run(&mut self) -> Result<bool> {
         if let Some(next_run) = self.next_runs.pop_front() {
-            let (query, kept, first) = next_run.join()?;
+            let (query, first) = next_run.join()?;
             self.query = Some(query);
-            self.kept = kept;
             self.first_batch = Some(first);
         } else {
             match self.runs.pop_front() {
                 Some(run) if !run.is_empty() => {
-                    let (query, kept) = self.new_query(Some(&run), true)?;
-                    self.query = Some(query);
-                    self.kept = kept;
+                    self.query = Some(self.new_query(Some(&run), true)?)
                 }
                 _ => return Ok(false),
             }
@@ -1185,36 +1177,39 @@ impl BatchReader {
     }
 }
 
-/// A run's query reading its first batch on a thread of its own. Dropping it waits for
-/// that batch: no query outlives its reader.
-struct NextRun {
-    reading: Option<std::thread::JoinHandle<(ReadQuery, Result<Option<Batch>>)>>,
+/// A query of a read, and the rows of its span it keeps when it reads its run's span.
+struct RunQuery {
+    query: ReadQuery,
     kept: Option<KeptRows>,
 }
 
+/// A run's query reading its first batch on a thread of its own. Dropping it waits for
+/// that batch: no query outlives its reader.
+struct NextRun {
+    reading: Option<std::thread::JoinHandle<(RunQuery, Result<Option<Batch>>)>>,
+}
+
 impl NextRun {
-    fn start(mut query: ReadQuery, kept: Option<KeptRows>) -> std::io::Result<NextRun> {
+    fn start(mut query: RunQuery) -> std::io::Result<NextRun> {
         let reading = std::thread::Builder::new()
             .name("soma-read-next".into())
             .spawn(move || {
-                let first = crate::sync::catch_panic(|| query.next_batch())
+                let first = crate::sync::catch_panic(|| query.query.next_batch())
                     .unwrap_or_else(|panic| Err(tiledb::Error::new(panic)));
                 (query, first.map_err(Error::from))
             })?;
         Ok(NextRun {
             reading: Some(reading),
-            kept,
         })
     }
 
-    /// The query, the rows it keeps of its span, and its first batch (`None`: the run
-    /// holds nothing).
-    fn join(mut self) -> Result<(ReadQuery, Option<KeptRows>, Option<Batch>)> {
+    /// The query and its first batch (`None`: the run holds nothing).
+    fn join(mut self) -> Result<(RunQuery, Option<Batch>)> {
         let reading = self.reading.take().expect("joined once");
         let (query, first) = reading
             .join()
             .map_err(|_| Error::invalid("the thread reading the next run died"))?;
-        Ok((query, self.kept.take(), first?))
+        Ok((query, first?))
     }
 }
 

@@ -250,7 +250,11 @@ struct MeasurementOfQueryDir {
 impl DirKind for MeasurementOfQueryDir {
     fn list(&self, cx: &DirContext) -> Listed {
         let Some(measurement) = self.group.listed(cx.store) else {
-            let message = format!("measurement {}: cannot open its var and X", self.group.name);
+            let message = format!(
+                "measurement {}: it has no var data frame or no layer in X that opens \
+                 (a failed open is in the daemon's log)",
+                self.group.name
+            );
             return Listed::of(error_entries(&message));
         };
         let all_genes = MeasurementDir {

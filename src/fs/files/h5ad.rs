@@ -16,7 +16,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_array::{Array as _, ArrayRef, BooleanArray, RecordBatch};
+use arrow_array::{Array as _, ArrayRef, RecordBatch};
 
 use crate::format::h5ad::{self, CsrWriter, DenseWriter, FrameIndex, FrameWriter, H5ad};
 use crate::soma::anndata::AT_ONCE;
@@ -324,15 +324,7 @@ fn write_matrix(
     };
     let mut put = |row_ids: &[i64], col_ids: &[i64], values: &ArrayRef| {
         let places = CellPlaces::of((&rows, &cols), row_ids, col_ids);
-        let mut values = if places.keeps_all() {
-            values.clone()
-        } else {
-            arrow_select::filter::filter(values, &BooleanArray::from(places.keep))
-                .map_err(io::Error::other)?
-        };
-        if values.data_type() != &value_type {
-            values = arrow_cast::cast(&values, &value_type).map_err(io::Error::other)?;
-        }
+        let values = places.values(values, &value_type)?;
         match &mut matrix {
             Matrix::Csr(csr) => csr.append(&places.rows, &places.cols, &values),
             Matrix::Dense(block) => block.put(&places.rows, &places.cols, &values),

@@ -15,7 +15,9 @@ use std::sync::{Arc, OnceLock};
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{Array as _, ArrayRef, RecordBatch};
+use arrow_array::{Array as _, ArrayRef, BooleanArray, RecordBatch};
+use arrow_buffer::BooleanBuffer;
+use arrow_schema::DataType;
 use log::{debug, warn};
 
 use crate::sync::{at_once, map_at_once};
@@ -427,10 +429,10 @@ impl AnnDataMeasurement {
     }
 }
 
-/// Opens an uns collection and everything in it. A collection that holds one of the
-/// collections it is in is left out (with a warning): it would never end.
 /// Opens the uns collection `m`, the collections in it and their arrays, each collection's
-/// members as soon as they are read; `None` when it cannot be opened as a group.
+/// members as soon as they are read; `None` when it cannot be opened as a group. A
+/// collection that holds one of the collections it is in is left out (with a warning): it
+/// would never end.
 fn open_uns(store: &dyn Objects, m: &tiledb::Member) -> Option<UnsCollection> {
     uns_collection(store, m, &[])
 }
@@ -824,6 +826,21 @@ impl CellPlaces {
     /// Whether every cell of the batch is kept.
     pub fn keeps_all(&self) -> bool {
         self.rows.len() == self.keep.len()
+    }
+
+    /// The batch's `values` of the cells kept, as `value_type`.
+    pub fn values(&self, values: &ArrayRef, value_type: &DataType) -> std::io::Result<ArrayRef> {
+        let mut values = if self.keeps_all() {
+            values.clone()
+        } else {
+            let keep = BooleanBuffer::collect_bool(self.keep.len(), |i| self.keep[i]);
+            arrow_select::filter::filter(values, &BooleanArray::new(keep, None))
+                .map_err(std::io::Error::other)?
+        };
+        if values.data_type() != value_type {
+            values = arrow_cast::cast(&values, value_type).map_err(std::io::Error::other)?;
+        }
+        Ok(values)
     }
 }
 

@@ -134,16 +134,7 @@ impl MatrixSource {
 
     /// The values of the cells `places` keeps, cast to the matrix's value type.
     pub fn values(&self, values: &ArrayRef, places: &CellPlaces) -> io::Result<ArrayRef> {
-        let mut values = if places.keeps_all() {
-            values.clone()
-        } else {
-            arrow_select::filter::filter(values, &BooleanArray::from(places.keep.clone()))
-                .map_err(io::Error::other)?
-        };
-        if values.data_type() != &self.value_type {
-            values = arrow_cast::cast(&values, &self.value_type).map_err(io::Error::other)?;
-        }
-        Ok(values)
+        places.values(values, &self.value_type)
     }
 }
 
