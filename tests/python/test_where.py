@@ -31,7 +31,8 @@ experiment's to_anndata restricted to the selected cells and genes (as test_annd
 does for anndata/by/), cross-checked against the query's own to_anndata. A query's
 scattered cells of an X written in fragments that overwrite each other's cells
 (test_exp_where_scattered_cells_of_an_overwritten_x) are checked against the whole X read
-in one range, then filtered.
+in one range, then filtered: 8 random stores, or SOMA_WHERE_SEEDS of them from
+SOMA_WHERE_FIRST_SEED (a longer run: SOMA_WHERE_SEEDS=200).
 
 Two tiledbsoma 2.3.0 limits shape the references (the filters themselves are the
 contract's grammar): `not (<and/or/in>)` crashes tiledbsoma (a segfault), so such a
@@ -1047,8 +1048,16 @@ def test_exp_where_10x_read_by_seurat(fixtures_dir, mounts):
     assert lines[2:] == names, f"{what}: cell names {lines[2:5]}, tiledbsoma {names[:3]}"
 
 
+# Seeds of the scattered-cells test: SOMA_WHERE_SEEDS of them (default 8) from
+# SOMA_WHERE_FIRST_SEED (default 0); a longer run: SOMA_WHERE_SEEDS=200.
+SCATTERED_SEEDS = range(
+    int(os.environ.get("SOMA_WHERE_FIRST_SEED", "0")),
+    int(os.environ.get("SOMA_WHERE_FIRST_SEED", "0")) + int(os.environ.get("SOMA_WHERE_SEEDS", "8")),
+)
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", SCATTERED_SEEDS)
 def test_exp_where_scattered_cells_of_an_overwritten_x(seed, tmp_path):
     """A query's scattered cells of an X written in several fragments, the later ones
     overwriting cells of the earlier and adding others, over many bands: X/data/ holds the
