@@ -1121,3 +1121,62 @@ def test_exp_where_scattered_cells_of_an_overwritten_x(seed, tmp_path):
         probs = Problems(str(d))
         check_array_dir(d, ref, probs)
         fail_if(probs.done(), f"where/{value_filter} of an overwritten X")
+
+
+@pytest.mark.timeout(300)
+def test_exp_where_matrices_shorter_than_obs(tmp_path):
+    """An obsm written for the first half of the cells only (a dense array and a sparse one,
+    each of shape (n_obs / 2, 3)), and a query selecting cells of both halves:
+    obsm/<name>/ holds the cells of the selected rows that the array has (the whole array
+    read by tiledbsoma, filtered to the selected join ids), where a read of every selected
+    join id would be outside the arrays' domain; X holds every selected cell's."""
+    uri = tmp_path / "short_obsm"
+    n_obs, n_var, half, width = 40, 6, 20, 3
+    obs_schema = pa.schema([("soma_joinid", pa.int64()), ("group", pa.int64())])
+    var_schema = pa.schema([("soma_joinid", pa.int64()), ("var_id", pa.large_string())])
+    with tiledbsoma.Experiment.create(str(uri)) as exp:
+        obs = exp.add_new_dataframe("obs", schema=obs_schema, domain=[(0, n_obs - 1)])
+        obs.write(pa.table({"soma_joinid": np.arange(n_obs), "group": np.arange(n_obs) % 3}, schema=obs_schema))
+        rna = exp.add_new_collection("ms").add_new_collection("RNA", tiledbsoma.Measurement)
+        var = rna.add_new_dataframe("var", schema=var_schema, domain=[(0, n_var - 1)])
+        var.write(pa.table({"soma_joinid": np.arange(n_var), "var_id": [f"g{i}" for i in range(n_var)]}, schema=var_schema))
+        x = rna.add_new_collection("X").add_new_sparse_ndarray("data", type=pa.float32(), shape=(n_obs, n_var))
+        rows, cols = np.nonzero((np.arange(n_obs * n_var).reshape(n_obs, n_var) % 4) == 0)
+        x.write(pa.table({"soma_dim_0": rows.astype(np.int64), "soma_dim_1": cols.astype(np.int64),
+                          "soma_data": np.arange(len(rows), dtype=np.float32)}))
+        obsm = rna.add_new_collection("obsm")
+        dense = obsm.add_new_dense_ndarray("dense", type=pa.float32(), shape=(half, width))
+        dense.write((slice(0, half - 1), slice(0, width - 1)),
+                    pa.Tensor.from_numpy(np.arange(half * width, dtype=np.float32).reshape(half, width)))
+        sparse = obsm.add_new_sparse_ndarray("sparse", type=pa.float64(), shape=(half, width))
+        r, c = np.nonzero(np.ones((half, width)))
+        sparse.write(pa.table({"soma_dim_0": r.astype(np.int64), "soma_dim_1": c.astype(np.int64),
+                               "soma_data": (r * 10 + c).astype(np.float64)}))
+    value_filter = "group == 1"
+    with tiledbsoma.Experiment.open(str(uri)) as exp:
+        obs_j = exp.obs.read(value_filter=value_filter).concat().column("soma_joinid").to_numpy()
+        assert obs_j.min() < half <= obs_j.max(), "the test needs cells on both sides of the obsm's end"
+        refs = {}
+        for name in ("dense", "sparse"):
+            array = exp.ms["RNA"].obsm[name]
+            whole = array.read().tables().concat() if name == "sparse" else array.read().to_numpy()
+            if name == "dense":
+                r, c = np.nonzero(np.ones(whole.shape))
+                whole = pa.table({"soma_dim_0": r.astype(np.int64), "soma_dim_1": c.astype(np.int64),
+                                  "soma_data": whole[r, c]})
+            kept = whole.filter(pa.array(np.isin(whole.column("soma_dim_0").to_numpy(), obs_j)))
+            kept = sorted_by(kept, ["soma_dim_0", "soma_dim_1"])
+            assert kept.num_rows > 0
+            kind = "SOMADenseNDArray" if name == "dense" else "SOMASparseNDArray"
+            refs[f"ms/RNA/obsm/{name}"] = make_ref(f"ms/RNA/obsm/{name}", kind, kept, array.schema)
+        with exp.axis_query("RNA", obs_query=axis(value_filter)) as q:
+            queried = sorted_by(q.X("data").tables().concat(), ["soma_dim_0", "soma_dim_1"])
+        refs["ms/RNA/X/data"] = make_ref("ms/RNA/X/data", "SOMASparseNDArray", queried, exp.ms["RNA"].X["data"].schema)
+    with mount_guard(uri) as mp:
+        base = Path(mp) / "where" / encode_filter(value_filter)
+        problems = []
+        for rel, ref in refs.items():
+            probs = Problems(f"where/{value_filter}/{rel}")
+            check_array_dir(base / rel, ref, probs)
+            problems += probs.done()
+        fail_if(problems, f"where/{value_filter} of a store whose obsm is shorter than obs")

@@ -444,8 +444,9 @@ impl DirKind for MatrixDir {
             Ok(runs) => runs,
             Err(message) => return Listed::of(error_entries(&message)),
         };
-        let mut ranges = vec![joinid_ranges(cells)];
-        ranges.extend(genes.map(joinid_ranges));
+        let ranges_of = |dim, runs| joinid_ranges(anndata::runs_in_domain(&self.array, dim, runs));
+        let mut ranges = vec![ranges_of(0, cells)];
+        ranges.extend(genes.map(|genes| ranges_of(1, genes)));
         let table = Table {
             array: self.array.clone(),
             selection: Selection {
@@ -460,13 +461,12 @@ impl DirKind for MatrixDir {
     }
 }
 
-/// Runs of join ids as a dimension's ranges; none selects nothing (an empty range).
-fn joinid_ranges(runs: &[(i64, i64)]) -> Vec<(Value, Value)> {
-    match runs {
-        [] => vec![(Value::Int(1), Value::Int(0))],
-        runs => (runs.iter())
-            .map(|&(lo, hi)| (Value::Int(lo), Value::Int(hi)))
-            .collect(),
+/// A dimension's ranges of join ids; none selects nothing (an empty range), where no
+/// range would select every row.
+fn joinid_ranges(ranges: Vec<(Value, Value)>) -> Vec<(Value, Value)> {
+    match ranges.is_empty() {
+        true => vec![(Value::Int(1), Value::Int(0))],
+        false => ranges,
     }
 }
 

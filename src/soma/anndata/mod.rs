@@ -705,6 +705,23 @@ pub fn read_cells(
     })
 }
 
+/// Runs of join ids as ranges of dimension `dim` of `array`: the parts of them inside its
+/// domain (the current domain, its shape, where it has one), none when no part is. libtiledb
+/// refuses a range outside it, and a matrix may be shorter than the frame its join ids
+/// come from (an obsm of the first cells): the cells of the others are simply not there.
+pub fn runs_in_domain(array: &ArrayObject, dim: usize, runs: &[(i64, i64)]) -> Vec<(Value, Value)> {
+    let domain = (array.schema.index_columns().nth(dim))
+        .and_then(|c| c.domain.clone())
+        .and_then(|(lo, hi)| Some((lo.as_i128()?, hi.as_i128()?)));
+    let (lo, hi) = domain.unwrap_or((i128::MIN, i128::MAX));
+    (runs.iter())
+        .filter_map(|&(a, b)| {
+            let (a, b) = (i128::from(a).max(lo), i128::from(b).min(hi));
+            (a <= b).then_some((Value::Int(a as i64), Value::Int(b as i64)))
+        })
+        .collect()
+}
+
 /// Reads a two-dimensional array's cells in the rows `rows` (all when `None`), a batch at
 /// a time with its coordinates.
 fn read_matrix(
@@ -714,20 +731,7 @@ fn read_matrix(
 ) -> Result<()> {
     let mut selection = Selection::default();
     if let Some(rows) = rows {
-        // Only the runs inside the first dimension's domain (a dense read must stay in it).
-        let domain = array
-            .schema
-            .index_columns()
-            .next()
-            .and_then(|c| c.domain.clone())
-            .and_then(|(lo, hi)| Some((lo.as_i128()?, hi.as_i128()?)));
-        let runs: Vec<(Value, Value)> = (rows.iter())
-            .filter_map(|&(a, b)| {
-                let (lo, hi) = domain.unwrap_or((i128::MIN, i128::MAX));
-                let (a, b) = (i128::from(a).max(lo), i128::from(b).min(hi));
-                (a <= b).then_some((Value::Int(a as i64), Value::Int(b as i64)))
-            })
-            .collect();
+        let runs = runs_in_domain(array, 0, rows);
         if runs.is_empty() {
             return Ok(());
         }
