@@ -212,7 +212,10 @@ impl FileKind for TableFile {
             return Ok(OpenFile::Cached(file));
         }
         let what = self.what();
-        let estimated_bytes = self.estimated_bytes()?;
+        // Work on the store before the file's generation (over object storage the estimate
+        // of a slice loads R-trees, which another file's generation may be loading): in a
+        // turn, and shown by `soma-mount status` while it waits.
+        let estimated_bytes = as_generation(|| self.estimated_bytes())?;
         activity::expect_bytes(estimated_bytes);
         if self.generated_whole_on_open(cx, estimated_bytes) {
             self.generate(cx)?;
