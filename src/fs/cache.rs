@@ -34,6 +34,13 @@ impl CacheKey {
         CacheKey(digest.finish())
     }
 
+    /// The key of content whose key is made in two steps: `first` from what is known before
+    /// it is generated, `rest` from what is known once it is ([`ContentCache::holds_first`]
+    /// finds such keys by their first part).
+    pub fn joined(first: &CacheKey, rest: &CacheKey) -> CacheKey {
+        CacheKey(format!("{}-{}", first.0, rest.0))
+    }
+
     /// The key of content described by `parts` of text alone.
     pub fn new<'a>(parts: impl IntoIterator<Item = &'a str>) -> CacheKey {
         CacheKey::of(|digest| {
@@ -84,6 +91,12 @@ impl std::fmt::Display for NoRoom {
 }
 
 impl Pending {
+    /// Makes it, when committed, the entry for `key` rather than the key it was begun with
+    /// (content whose key is known only once it is written).
+    pub fn rekey(&mut self, key: CacheKey) {
+        self.key = key;
+    }
+
     /// Where the content is being written (for a library that writes to a path itself).
     pub fn path(&self) -> &Path {
         &self.path
@@ -180,6 +193,13 @@ impl ContentCache {
     pub fn size(&self, key: &CacheKey) -> Option<u64> {
         let entries = self.entries.lock().recover();
         entries.get(&key.0).map(|e| e.size)
+    }
+
+    /// Whether an entry's key was joined from `first` and a second part ([`CacheKey::joined`]).
+    pub fn holds_first(&self, first: &CacheKey) -> bool {
+        let entries = self.entries.lock().recover();
+        let prefix = format!("{}-", first.0);
+        entries.keys().any(|key| key.starts_with(&prefix))
     }
 
     /// Opens the entry for `key` for reading, marking it used.
@@ -317,6 +337,26 @@ mod tests {
             1,
             "no temporary files left"
         );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn content_keyed_once_written_is_found_by_its_first_part() {
+        let dir = temp_dir("joined");
+        let cache = ContentCache::open(&dir, 1 << 20).unwrap();
+        let (first, rest) = (CacheKey::new(["first"]), CacheKey::new(["rest"]));
+        let joined = CacheKey::joined(&first, &rest);
+        assert!(!cache.holds_first(&first));
+        let (mut pending, mut file) = cache.begin(&first).unwrap();
+        file.write_all(b"h5ad").unwrap();
+        pending.rekey(joined.clone());
+        cache.commit(pending, 4).unwrap();
+        assert_eq!(cache.size(&joined), Some(4));
+        assert_eq!(cache.size(&first), None);
+        assert!(cache.holds_first(&first));
+        assert!(!cache.holds_first(&rest));
+        let reopened = ContentCache::open(&dir, 1 << 20).unwrap();
+        assert!(reopened.holds_first(&first), "kept for the next daemon");
         fs::remove_dir_all(&dir).unwrap();
     }
 

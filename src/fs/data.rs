@@ -78,14 +78,17 @@ pub fn generate_whole(
 }
 
 /// [`generate_whole`] for content that a library writes to a file it opens itself
-/// (libhdf5): `generate` writes the file at the path it is given.
+/// (libhdf5), and whose key is known only once it is written (an h5ad's parts open while its
+/// first elements are written): `generate` writes the file at the path it is given and
+/// returns its key. It is generated once for `first` (opens that come meanwhile wait for
+/// it), and becomes the entry for the key returned.
 pub fn generate_whole_at(
     cache: &ContentCache,
-    key: &CacheKey,
+    first: &CacheKey,
     what: &str,
-    generate: impl FnOnce(&Path) -> io::Result<()>,
+    generate: impl FnOnce(&Path) -> io::Result<CacheKey>,
 ) -> FsResult<()> {
-    generate_into(cache, key, what, |_, path| generate(path))
+    generate_into(cache, first, what, |_, path| generate(path).map(Some))
 }
 
 /// [`generate_whole`] for content written with seeks (sized Parquet leaves holes, which a
@@ -99,7 +102,7 @@ pub fn generate_whole_seekable(
     generate_into(cache, key, what, |file, _| {
         let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, CountingFile(file));
         generate(&mut out)?;
-        io::Write::flush(&mut out)
+        io::Write::flush(&mut out).map(|()| None)
     })
 }
 
@@ -134,7 +137,7 @@ impl io::Seek for CountingFile<'_> {
 }
 
 /// Generates the cache entry for `key` whole into its temporary file (given open, and by
-/// path), unless there is one. It waits for a generation slot first, unless it runs inside
+/// path), unless there is one; `generate` may name another key for it once written. It waits for a generation slot first, unless it runs inside
 /// another generation (a Zarr chunk that needs its matrix's entries per row kept first),
 /// which holds one for both: waiting there could wait for itself. It is shown by
 /// `soma-mount status` while it runs.
@@ -142,7 +145,7 @@ fn generate_into(
     cache: &ContentCache,
     key: &CacheKey,
     what: &str,
-    generate: impl FnOnce(&File, &Path) -> io::Result<()>,
+    generate: impl FnOnce(&File, &Path) -> io::Result<Option<CacheKey>>,
 ) -> FsResult<()> {
     if cache.size(key).is_some() {
         return Ok(());
@@ -155,11 +158,13 @@ fn generate_into(
         let _slot = (!activity::generating()).then(|| crate::budget::generations().take(1));
         let progress = Progress::begin();
         let started = std::time::Instant::now();
-        let (pending, file) = cache.begin(key).map_err(|e| FsError::io(what, e))?;
+        let (mut pending, file) = cache.begin(key).map_err(|e| FsError::io(what, e))?;
         let written = crate::sync::catch_panic(|| progress.run(|| generate(&file, pending.path())))
             .unwrap_or_else(|panic| Err(io::Error::other(panic)));
         // A generation that failed leaves nothing: `pending` removes its file when dropped.
-        written.map_err(|e| FsError::io(what, e))?;
+        if let Some(key) = written.map_err(|e| FsError::io(what, e))? {
+            pending.rekey(key);
+        }
         let size = file.metadata().map_err(|e| FsError::io(what, e))?.len();
         cache
             .commit(pending, size)

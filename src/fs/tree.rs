@@ -142,8 +142,7 @@ pub struct Tree {
     /// The tree itself, for work that runs on other threads.
     me: Weak<Tree>,
     background: Arc<Background>,
-    store: Box<dyn Objects>,
-    /// What files are generated with.
+    /// What files are generated with, and the store objects are opened from.
     files: FileContext,
     /// The inodes the kernel holds, and the root.
     inodes: RwLock<HashMap<Ino, Known>>,
@@ -184,10 +183,10 @@ impl Tree {
         Arc::new_cyclic(|me| Tree {
             me: me.clone(),
             background: background.clone(),
-            store: Box::new(store),
             files: FileContext {
                 options: data,
                 background: background.clone(),
+                store: Arc::new(store),
             },
             inodes: RwLock::new(inodes),
             next_ino: AtomicU64::new(ROOT + 2),
@@ -435,11 +434,11 @@ impl Tree {
         self.on_request_pool(
             (),
             move |tree, ()| {
-                let Ok(members) = tree.store.members(&uri) else {
+                let Ok(members) = tree.files.store.members(&uri) else {
                     return;
                 };
                 if let Some(member) = dirs::member_named(&members, &name) {
-                    let _ = tree.store.open(&member.uri, Some(member.object_type));
+                    let _ = tree.files.store.open(&member.uri, Some(member.object_type));
                 }
             },
             |(), _| {},
@@ -617,7 +616,7 @@ impl Tree {
             return Ok(listing);
         }
         let listed = dir.list(&DirContext {
-            store: &*self.store,
+            store: &*self.files.store,
             files: &self.files,
         });
         // A refresh that fails keeps the last good listing (a store that is briefly

@@ -11,22 +11,23 @@
 //!
 //! Filters run inside libtiledb as rows are read. The matrices are read by the selected
 //! cells' (and genes') join ids, in runs of consecutive ids, read from obs (and var) with
-//! the filter when a matrix is first listed.
+//! the filter when a matrix is first listed. A query opens what is looked into: obs and the
+//! measurements' groups, a measurement's var and X when it (or `anndata/`) is listed, its
+//! obsm when `obsm/` is, and its other parts when its h5ad is generated.
 
 use std::sync::{Arc, OnceLock};
 
-use crate::soma::anndata::{
-    self, AnnDataExperiment, AnnDataMeasurement, ExperimentOutline, MeasurementGroup, Named,
-};
+use crate::soma::anndata::AT_ONCE;
+use crate::sync::map_at_once;
+
+use crate::soma::anndata::{self, AnnDataMeasurement, ExperimentOutline, MeasurementGroup, Named};
 use crate::soma::filter::Filter;
 use crate::soma::tenx::TenxLayer;
-use crate::soma::Objects;
 use crate::soma::{ArrayObject, Selection, SomaObject};
 use crate::tiledb::Value;
 
-use super::super::files::{Document, H5adFile, Table};
+use super::super::files::{Document, FileContext, H5adFile, Table};
 use super::super::names::file_name;
-use super::anndata::h5ad_files;
 use super::table::data_entries;
 use super::tenx::{is_matrix, TenxLayerDir};
 use super::{dir, error_entries, file, DirContext, DirKind, Entries, ErrorDir, Listed, NodeKind};
@@ -129,8 +130,6 @@ impl DirKind for FilteredExperimentDir {
         let query = Arc::new(CellQuery {
             cells: SelectedRows::new(&experiment.obs, Selection::filtered(filter)),
             experiment,
-            object: self.experiment.clone(),
-            whole: OnceLock::new(),
         });
         let obs = frame_dir(&query.cells);
         let measurements = MeasurementsDir(query.clone());
@@ -147,32 +146,40 @@ impl DirKind for FilteredExperimentDir {
 #[derive(Debug)]
 struct CellQuery {
     /// obs and the measurements' groups, each measurement's parts opened when it is
-    /// listed (a `cat` of one matrix opens obs and that measurement's var and X).
+    /// listed (a `cat` of one matrix opens obs and that measurement's var and X), the rest
+    /// when its h5ad is generated.
     experiment: ExperimentOutline,
     cells: SelectedRows,
-    /// The experiment (a group), and every part of it, opened when an h5ad is first listed.
-    object: Arc<SomaObject>,
-    whole: OnceLock<Option<AnnDataExperiment>>,
 }
 
 impl CellQuery {
-    /// The whole experiment, as its AnnData files read it.
-    fn whole(&self, store: &dyn Objects) -> Option<&AnnDataExperiment> {
-        let whole = self.whole.get_or_init(|| match self.object.as_ref() {
-            SomaObject::Group(group) => AnnDataExperiment::open(store, group),
-            SomaObject::Array(_) => None,
-        });
-        whole.as_ref()
+    /// The h5ad of measurement `m` (its var and X's layers `listed`) for the selected
+    /// cells and the genes `genes` selects.
+    fn h5ad(
+        &self,
+        group: &Arc<MeasurementGroup>,
+        listed: &Arc<AnnDataMeasurement>,
+        genes: &Selection,
+    ) -> Option<H5adFile> {
+        let obs = &self.experiment.obs;
+        H5adFile::opening(obs, group, listed, &self.cells.rows, genes)
     }
+}
 
-    /// The message of a query's `error.txt` when the experiment cannot be opened whole.
-    fn not_whole(&self) -> Entries {
-        let message = format!(
-            "{}: cannot open every part of the experiment",
-            self.object.uri()
-        );
-        error_entries(&message)
-    }
+/// Starts opening every part of a measurement whose h5ad is listed, on a thread of its own:
+/// a listed h5ad is most often read next, and its generation then finds them open or
+/// opening (failures show when it is generated).
+fn open_whole_ahead(files: &FileContext, group: &Arc<MeasurementGroup>) {
+    let Some(task) = files.background.begin() else {
+        return;
+    };
+    let (group, store) = (group.clone(), files.store.clone());
+    let _ = std::thread::Builder::new()
+        .name("soma-open-ahead".into())
+        .spawn(move || {
+            let _task = task;
+            group.whole(&*store);
+        });
 }
 
 /// The rows of obs or var that a filter selects, and their join ids, read once, when a
@@ -344,12 +351,8 @@ impl DirKind for MeasurementDir {
                 }),
             )),
             Some(_) => {
-                let Some(experiment) = self.query.whole(cx.store) else {
-                    return Listed::of(self.query.not_whole());
-                };
-                let whole_m = experiment.measurements.iter().find(|w| w.name == m.name);
-                let cells = &self.query.cells.rows;
-                let h5ad = whole_m.and_then(|m| H5adFile::new(experiment, m, cells, &self.genes()));
+                open_whole_ahead(cx.files, &self.group);
+                let h5ad = self.query.h5ad(&self.group, m, &self.genes());
                 named.extend(h5ad.map(|h5ad| ("anndata.h5ad".to_owned(), file(h5ad))));
             }
         }
@@ -475,13 +478,23 @@ fn joinid_ranges(ranges: Vec<(Value, Value)>) -> Vec<(Value, Value)> {
 struct AnnDataFilesDir(Arc<CellQuery>);
 
 impl DirKind for AnnDataFilesDir {
+    /// Opens each measurement's var and X (at once), having started opening their other
+    /// parts ([`open_whole_ahead`]).
     fn list(&self, cx: &DirContext) -> Listed {
         let query = &self.0;
-        let Some(experiment) = query.whole(cx.store) else {
-            return Listed::of(query.not_whole());
-        };
         let all = Selection::default();
-        Listed::of(h5ad_files(experiment, &query.cells.rows, &all))
+        let h5ad = |group: &Arc<MeasurementGroup>| {
+            open_whole_ahead(cx.files, group);
+            let h5ad = query.h5ad(group, group.listed(cx.store)?, &all)?;
+            Some((format!("{}.h5ad", file_name(&group.name)), file(h5ad)))
+        };
+        let measurements = &query.experiment.measurements;
+        Listed::of(
+            map_at_once(measurements, AT_ONCE, h5ad)
+                .into_iter()
+                .flatten()
+                .collect(),
+        )
     }
 }
 

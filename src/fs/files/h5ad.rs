@@ -1,5 +1,6 @@
-//! `anndata/<measurement>.h5ad` and `anndata/by/<column>/<label>/<measurement>.h5ad`: a
-//! measurement of an experiment (all its cells, or one category's) as anndata's h5ad, equal
+//! `anndata/<measurement>.h5ad`, `anndata/by/<column>/<label>/<measurement>.h5ad` and a
+//! query's (`where/<filter>/anndata/<measurement>.h5ad`, `…/where/<var filter>/anndata.h5ad`):
+//! a measurement of an experiment (all its cells, or some) as anndata's h5ad, equal
 //! to what tiledbsoma's `to_anndata` reads: obs and var with their index, X from the first
 //! layer (`data` when there is one) and every other layer under `layers`, obsm, varm, obsp,
 //! varp and uns.
@@ -7,14 +8,15 @@
 //! An HDF5 file cannot be streamed (libhdf5 writes its metadata last, wherever it likes), so
 //! it is generated whole when opened, and by a `stat` when it is estimated below
 //! `--materialize-limit` or with `--exact-sizes`, into the cache; its size is known once it
-//! is there. Matrices go from the TileDB read into the HDF5
+//! is there. A query's h5ad opens the measurement's parts beyond var and X while its obs,
+//! var and X are written (see [`H5adFile`]). Matrices go from the TileDB read into the HDF5
 //! datasets batch by batch: what a generation holds is a batch, a chunk or block per dataset,
 //! and a few numbers per cell and gene (join ids, positions, entries per row).
 
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow_array::{Array as _, ArrayRef, RecordBatch};
 
@@ -22,16 +24,16 @@ use crate::format::h5ad::{self, CsrWriter, DenseWriter, FrameIndex, FrameWriter,
 use crate::soma::anndata::AT_ONCE;
 use crate::soma::anndata::{
     self, Along, AnnDataElements, AnnDataExperiment, AnnDataMeasurement, Axis, CellPlaces,
-    FrameElement, FrameRows, Layout, MatrixColumns, MatrixElement, UnsCollection, UnsElement,
-    UnsMember,
+    FrameElement, FrameRows, Layout, MatrixColumns, MatrixElement, MeasurementGroup, UnsCollection,
+    UnsElement, UnsMember,
 };
-use crate::soma::{ArrayObject, Selection};
+use crate::soma::{ArrayObject, Objects, Selection};
 use crate::sync::map_at_once;
 use crate::tiledb::{MetadataValue, Value};
 
 use super::super::cache::CacheKey;
 use super::super::data::{estimated_bytes, generate_whole_at, open_generated, small};
-use super::super::error::FsResult;
+use super::super::error::{FsError, FsResult};
 use super::super::names::file_name;
 use super::super::open_file::OpenFile;
 use super::anndata::{
@@ -46,15 +48,27 @@ type HdfGroup = hdf5_metno::Group;
 const H5AD_VALUE_BYTES: u64 = 8;
 
 /// A measurement (or one category of its cells) as an h5ad file.
+///
+/// Its first elements (obs, var and X) are read from parts of the measurement that its
+/// directory opened; the others (the layers, obsm, varm, obsp, varp and uns) may come from
+/// parts that open only when the file is generated, while its first elements are written
+/// (a query's h5ad: over object storage they are most of its opens). Its cache key is
+/// therefore made in two steps ([`CacheKey::joined`]): from the first parts, then from all.
 #[derive(Debug)]
 pub struct H5adFile {
-    elements: AnnDataElements,
-    key: CacheKey,
+    /// obs, var and X.
+    first: AnnDataElements,
+    /// Every element, once the whole measurement is open.
+    whole: OnceLock<Option<AnnDataElements>>,
+    /// Where the whole measurement opens from, when it was not opened with the file.
+    group: Option<Arc<MeasurementGroup>>,
+    /// The key's first part, made from `first`.
+    first_key: CacheKey,
 }
 
 impl H5adFile {
-    /// The h5ad of measurement `m` for the cells `cells` selects of obs and the genes
-    /// `genes` selects of var; `None` for a measurement without a layer.
+    /// The h5ad of measurement `m` (every part opened) for the cells `cells` selects of obs
+    /// and the genes `genes` selects of var; `None` for a measurement without a layer.
     pub fn new(
         experiment: &AnnDataExperiment,
         m: &Arc<AnnDataMeasurement>,
@@ -62,54 +76,133 @@ impl H5adFile {
         genes: &Selection,
     ) -> Option<H5adFile> {
         let elements = AnnDataElements::of(experiment, m, cells, genes)?;
-        let key = measurement_key("h5ad", &elements, |_| {});
-        Some(H5adFile { elements, key })
+        Some(H5adFile::of(elements.clone(), Some(elements), None))
+    }
+
+    /// The h5ad of the measurement whose group is `group` and whose var and X's layers are
+    /// `listed`, its other parts opened when the file is generated; `None` without a layer.
+    pub fn opening(
+        obs: &Arc<ArrayObject>,
+        group: &Arc<MeasurementGroup>,
+        listed: &Arc<AnnDataMeasurement>,
+        cells: &Selection,
+        genes: &Selection,
+    ) -> Option<H5adFile> {
+        let first = AnnDataElements::of(&experiment_of(obs, listed), listed, cells, genes)?;
+        Some(H5adFile::of(first, None, Some(group.clone())))
+    }
+
+    fn of(
+        first: AnnDataElements,
+        whole: Option<AnnDataElements>,
+        group: Option<Arc<MeasurementGroup>>,
+    ) -> H5adFile {
+        let first_key = measurement_key("h5ad", &first, |_| {});
+        let opened = OnceLock::new();
+        if let Some(whole) = whole {
+            let _ = opened.set(Some(whole));
+        }
+        H5adFile {
+            first,
+            whole: opened,
+            group,
+            first_key,
+        }
+    }
+
+    /// Every element: the whole measurement, opened now if it is not yet.
+    fn whole(&self, store: &dyn Objects) -> io::Result<&AnnDataElements> {
+        let whole = self.whole.get_or_init(|| {
+            let e = &self.first;
+            let m = self.group.as_ref()?.whole(store)?;
+            let experiment = experiment_of(&e.obs.array, m);
+            AnnDataElements::of(&experiment, m, &e.obs.rows, &e.var.rows)
+        });
+        whole.as_ref().ok_or_else(|| {
+            let m = &self.first.measurement.name;
+            io::Error::other(format!(
+                "cannot open every part of measurement {m} (a failed open is in the log)"
+            ))
+        })
+    }
+
+    /// The file's cache key, once every part is open.
+    fn key_if_open(&self) -> Option<CacheKey> {
+        let whole = self.whole.get()?.as_ref()?;
+        Some(self.key_of(whole))
+    }
+
+    fn key_of(&self, whole: &AnnDataElements) -> CacheKey {
+        CacheKey::joined(&self.first_key, &measurement_key("h5ad", whole, |_| {}))
     }
 
     fn what(&self) -> String {
-        let e = &self.elements;
+        let e = &self.first;
         let (obs, m) = (&e.obs.array.uri, &e.measurement.name);
         let (cells, genes) = (&e.obs.rows, &e.var.rows);
         format!("{obs} measurement {m} as h5ad (cells {cells:?}, genes {genes:?})")
     }
 
-    /// About how many bytes the file comes to: every value of every array it is read from,
-    /// and an index beside each (a category's cells are not counted before they are read).
+    /// About how many bytes the file comes to: every value of every array it is read from
+    /// (of obs, var and X alone while the other parts are not open), and an index beside
+    /// each (a category's cells are not counted before they are read).
     fn estimated_bytes(&self) -> crate::soma::Result<u64> {
-        let e = &self.elements;
+        let e = self.whole.get().and_then(Option::as_ref);
+        let e = e.unwrap_or(&self.first);
         let arrays = std::iter::once(&*e.obs.array).chain(e.measurement.arrays());
         arrays.map(array_bytes).sum()
     }
 
-    /// Generates the file whole into the cache.
-    fn generate(&self, cx: &FileContext) -> FsResult<()> {
-        generate_whole_at(&cx.options.cache, &self.key, &self.what(), |path| {
-            self.write(path)
-        })
+    /// Generates the file whole into the cache, unless it is there; returns its key. A file
+    /// generated before is found by its whole key, so where the cache holds one of the same
+    /// first part the other parts open first; otherwise generation starts at once, and they
+    /// open while obs, var and X are written.
+    fn generate(&self, cx: &FileContext) -> FsResult<CacheKey> {
+        let (cache, store, what) = (&cx.options.cache, &*cx.store, self.what());
+        if self.whole.get().is_some() || cache.holds_first(&self.first_key) {
+            let whole = self.whole(store).map_err(|e| FsError::io(&what, e))?;
+            let key = self.key_of(whole);
+            if cache.size(&key).is_some() {
+                return Ok(key);
+            }
+        }
+        generate_whole_at(cache, &self.first_key, &what, |path| {
+            self.write(store, path)?;
+            Ok(self.key_of(self.whole(store)?))
+        })?;
+        let whole = self.whole(store).map_err(|e| FsError::io(&what, e))?;
+        Ok(self.key_of(whole))
     }
 
     /// Writes the AnnData to a new HDF5 file at `path`: its elements in order, the small
-    /// ones after X read early ([`EarlyReads`]).
-    fn write(&self, path: &Path) -> io::Result<()> {
-        let e = &self.elements;
-        let early = EarlyReads::choose(e);
+    /// ones after X read early ([`EarlyReads`]). The parts not open yet open meanwhile.
+    fn write(&self, store: &dyn Objects, path: &Path) -> io::Result<()> {
+        let first = &self.first;
         std::thread::scope(|scope| {
-            let uns_read = scope.spawn(|| early.read_uns());
+            let whole = || self.whole(store);
+            let uns_read = scope.spawn(move || match whole() {
+                Ok(e) => EarlyReads::choose(e).read_uns(),
+                Err(_) => ReadEarly::default(),
+            });
             let file = H5ad::create(path)?;
             let root = file.root();
-            let cells = write_frame(root, "obs", &e.obs)?;
+            let cells = write_frame(root, "obs", &first.obs)?;
             // The selected cells' rows: all that is read of a matrix along obs.
-            let only = e.obs.is_restricted().then(|| cells.joinids.runs());
+            let only = first.obs.is_restricted().then(|| cells.joinids.runs());
             let only_along =
                 |matrix: &MatrixElement| only.as_deref().filter(|_| matrix.rows == Along::Obs);
-            let (early, obs_rows) = (&early, only.clone());
-            let matrices_read = scope.spawn(move || early.read_matrices(obs_rows.as_deref()));
-            let genes = write_frame(root, "var", &e.var)?;
+            let obs_rows = only.clone();
+            let matrices_read = scope.spawn(move || match whole() {
+                Ok(e) => EarlyReads::choose(e).read_matrices(obs_rows.as_deref()),
+                Err(_) => ReadEarly::default(),
+            });
+            let genes = write_frame(root, "var", &first.var)?;
             let axis = |along| match along {
                 Along::Obs => Axis::Joinids(&cells.joinids),
                 Along::Var => Axis::Joinids(&genes.joinids),
             };
-            let write_element = |group: &HdfGroup, matrix: &MatrixElement, cells: CellsOf| {
+            let write_element = |group: &HdfGroup, e: &AnnDataElements, matrix, cells| {
+                let matrix: &MatrixElement = matrix;
                 let rows = axis(matrix.rows);
                 let cols = match matrix.columns {
                     MatrixColumns::Along(along) => axis(along),
@@ -125,7 +218,8 @@ impl H5adFile {
                     matrix.layout,
                 )
             };
-            write_element(root, &e.x, CellsOf::Read(only_along(&e.x)))?;
+            write_element(root, first, &first.x, CellsOf::Read(only_along(&first.x)))?;
+            let e = whole()?;
             let mut matrices_read = join_reads(matrices_read);
             for mapping in &e.mappings {
                 let group = h5ad::mapping(root, mapping.name)?;
@@ -134,7 +228,7 @@ impl H5adFile {
                         Some(held) => CellsOf::Held(held?),
                         None => CellsOf::Read(only_along(matrix)),
                     };
-                    write_element(&group, matrix, cells)?;
+                    write_element(&group, e, matrix, cells)?;
                 }
             }
             let uns = h5ad::mapping(root, "uns")?;
@@ -144,6 +238,14 @@ impl H5adFile {
             drop(uns);
             file.close()
         })
+    }
+}
+
+/// An experiment of obs and the one measurement `m`, as [`AnnDataElements::of`] takes it.
+fn experiment_of(obs: &Arc<ArrayObject>, m: &Arc<AnnDataMeasurement>) -> AnnDataExperiment {
+    AnnDataExperiment {
+        obs: obs.clone(),
+        measurements: vec![m.clone()],
     }
 }
 
@@ -259,13 +361,16 @@ fn write_frame(root: &HdfGroup, name: &str, frame: &FrameElement) -> io::Result<
 }
 
 impl FileKind for H5adFile {
+    /// Known once every part is open and the file generated.
     fn size(&self, cx: &FileContext) -> FsResult<Option<u64>> {
-        Ok(cx.options.cache.size(&self.key))
+        Ok(self
+            .key_if_open()
+            .and_then(|key| cx.options.cache.size(&key)))
     }
 
     fn open(&self, cx: &FileContext) -> FsResult<OpenFile> {
-        self.generate(cx)?;
-        open_generated(&cx.options.cache, &self.key, &self.what())
+        let key = self.generate(cx)?;
+        open_generated(&cx.options.cache, &key, &self.what())
     }
 
     /// A small file, or any with `--exact-sizes`: `ls -l anndata/` generates the small
@@ -275,7 +380,7 @@ impl FileKind for H5adFile {
     }
 
     fn settle_size(&self, cx: &FileContext) -> FsResult<()> {
-        self.generate(cx)
+        self.generate(cx).map(|_| ())
     }
 }
 

@@ -17,6 +17,7 @@ mod zarr;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::soma::Objects;
 use crate::sync::Background;
 
 use super::data::DataOptions;
@@ -32,11 +33,13 @@ pub use table::{Shown, Table, TableFile};
 pub use tenx::{TenxFile, TenxPart};
 pub use zarr::{ZarrArray, ZarrChunk, ZarrDocument, ZarrGroup, ZarrNode, ZarrStore};
 
-/// What files are generated with: the options and the cache, and the background work that
-/// streams files while they are read.
+/// What files are generated with: the options and the cache, the background work that
+/// streams files while they are read, and the store, for a file that opens objects of its
+/// own when it is generated.
 pub struct FileContext {
     pub options: DataOptions,
     pub background: Arc<Background>,
+    pub store: Arc<dyn Objects>,
 }
 
 /// One kind of file.

@@ -288,6 +288,7 @@ pub struct MeasurementGroup {
     /// A [`SomaObject::Group`].
     group: Arc<SomaObject>,
     listed: OnceLock<Option<Arc<AnnDataMeasurement>>>,
+    whole: OnceLock<Option<Arc<AnnDataMeasurement>>>,
 }
 
 impl ExperimentOutline {
@@ -302,6 +303,7 @@ impl ExperimentOutline {
                     name,
                     group,
                     listed: OnceLock::new(),
+                    whole: OnceLock::new(),
                 })
             })
             .collect();
@@ -321,6 +323,16 @@ impl MeasurementGroup {
     pub fn listed(&self, store: &dyn Objects) -> Option<&Arc<AnnDataMeasurement>> {
         let opened = self.listed.get_or_init(|| {
             AnnDataMeasurement::open(store, self.name.clone(), self.members(), Parts::Listed)
+                .map(Arc::new)
+        });
+        opened.as_ref()
+    }
+
+    /// Every part of the measurement ([`Parts::All`], what its AnnData is read from), opened
+    /// once; `None` when they cannot be.
+    pub fn whole(&self, store: &dyn Objects) -> Option<&Arc<AnnDataMeasurement>> {
+        let opened = self.whole.get_or_init(|| {
+            AnnDataMeasurement::open(store, self.name.clone(), self.members(), Parts::All)
                 .map(Arc::new)
         });
         opened.as_ref()
