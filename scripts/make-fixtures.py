@@ -262,8 +262,7 @@ def build_obs(uri, n, rng):
         ),
     }
     tbl = pa.Table.from_pydict(cols, schema=schema)
-    with tiledbsoma.DataFrame.create(uri, schema=schema, index_column_names=["soma_joinid"], domain=[[0, n - 1]]) as df:
-        df.write(tbl)
+    write_new_frame(tbl, uri, schema=schema, index_column_names=["soma_joinid"], domain=[[0, n - 1]])
 
 
 def build_var(uri, nvar):
@@ -284,8 +283,7 @@ def build_var(uri, nvar):
         schema=schema,
     )
     # Larger current domain than the data: domain != non-empty domain.
-    with tiledbsoma.DataFrame.create(uri, schema=schema, index_column_names=["soma_joinid"], domain=[[0, nvar + 9]]) as df:
-        df.write(tbl)
+    write_new_frame(tbl, uri, schema=schema, index_column_names=["soma_joinid"], domain=[[0, nvar + 9]])
 
 
 def build_sparse(uri, shape, dtype, rng, density=0.1):
@@ -338,13 +336,13 @@ def build_multi_index(uri):
         },
         schema=schema,
     )
-    with tiledbsoma.DataFrame.create(
+    write_new_frame(
+        tbl,
         uri,
         schema=schema,
         index_column_names=["name", "score", "k", "when", "soma_joinid"],
         domain=[None, (-1.5, 1000.25), (-5, 50), (1_500_000_000_000, 1_700_000_000_000), (0, 99)],
-    ) as df:
-        df.write(tbl)
+    )
 
 
 def build_f32_index(uri):
@@ -367,10 +365,9 @@ def build_f32_index(uri):
         },
         schema=schema,
     )
-    with tiledbsoma.DataFrame.create(
-        uri, schema=schema, index_column_names=["f32", "u8", "soma_joinid"], domain=[(-2.5, 3.75), (1, 200), (0, 19)]
-    ) as df:
-        df.write(tbl)
+    write_new_frame(
+        tbl, uri, schema=schema, index_column_names=["f32", "u8", "soma_joinid"], domain=[(-2.5, 3.75), (1, 200), (0, 19)]
+    )
 
 
 def build_small_df(uri, rows):
@@ -378,8 +375,7 @@ def build_small_df(uri, rows):
     tbl = pa.Table.from_pydict(
         {"soma_joinid": np.arange(len(rows), dtype=np.int64), "texte": pa.array(rows, pa.large_string())}, schema=schema
     )
-    with tiledbsoma.DataFrame.create(uri, schema=schema, domain=[[0, len(rows) - 1]]) as df:
-        df.write(tbl)
+    write_new_frame(tbl, uri, schema=schema, domain=[[0, len(rows) - 1]])
 
 
 def build_plain(uri):
@@ -664,8 +660,7 @@ def build_edge_df(uri, n=40):
         "f32_nn": pa.array(cyc(F32_SPECIALS, 3), pa.float32()),
     }
     tbl = pa.Table.from_pydict(cols, schema=schema)
-    with tiledbsoma.DataFrame.create(uri, schema=schema, index_column_names=["soma_joinid"], domain=[[0, n - 1]]) as df:
-        df.write(tbl)
+    write_new_frame(tbl, uri, schema=schema, index_column_names=["soma_joinid"], domain=[[0, n - 1]])
 
 
 def build_empty_df(uri):
@@ -703,10 +698,7 @@ def build_string_index_df(uri):
         },
         schema=schema,
     )
-    with tiledbsoma.DataFrame.create(
-        uri, schema=schema, index_column_names=["key", "x"], domain=[None, (-10.0, 10.0)]
-    ) as df:
-        df.write(tbl)
+    write_new_frame(tbl, uri, schema=schema, index_column_names=["key", "x"], domain=[None, (-10.0, 10.0)])
 
 
 def build_edge(uri, rng):
@@ -882,8 +874,7 @@ def build_str_keys_df(uri):
         },
         schema=schema,
     )
-    with tiledbsoma.DataFrame.create(uri, schema=schema, index_column_names=["key"], domain=[None]) as df:
-        df.write(tbl)
+    write_new_frame(tbl, uri, schema=schema, index_column_names=["key"], domain=[None])
 
 
 FRAG_SPARSE_SHAPE = (1000, 40)
@@ -1139,11 +1130,21 @@ BAD_COORDINATE_SPACE = '[{"name": "x", "unit": "micrometer"}, {"name": '
 BAD_TRANSFORM = '{"transform_type": "AffineTransform", "input_axes": ["x"'
 
 
+def write_new_frame(tbl, uri, **create):
+    """Creates a DataFrame (`create` as DataFrame.create takes) and writes `tbl` into it a
+    few milliseconds later: a write that extends an enumeration at the create's millisecond
+    leaves libtiledb holding the empty one (tiledbsoma 2.3.0), which verify() then finds
+    ("has values but an empty enumeration"), as a clean-clone run once did."""
+    tiledbsoma.DataFrame.create(uri, **create).close()
+    time.sleep(0.005)
+    with tiledbsoma.open(uri, "w") as df:
+        df.write(tbl)
+
+
 def _joinid_df(uri, fields, cols, domain_hi):
     schema = pa.schema([pa.field("soma_joinid", pa.int64(), nullable=False)] + fields)
     tbl = pa.Table.from_pydict(cols, schema=schema)
-    with tiledbsoma.DataFrame.create(uri, schema=schema, index_column_names=["soma_joinid"], domain=[[0, domain_hi]]) as df:
-        df.write(tbl)
+    write_new_frame(tbl, uri, schema=schema, index_column_names=["soma_joinid"], domain=[[0, domain_hi]])
 
 
 def _x_layers(X, rows_j, cols_j, rng, layers):

@@ -173,12 +173,14 @@ fn open_whole_ahead(files: &FileContext, group: &Arc<MeasurementGroup>) {
     let Some(task) = files.background.begin() else {
         return;
     };
-    let (group, store) = (group.clone(), files.store.clone());
+    let (group, store, background) = (group.clone(), files.store.clone(), files.background.clone());
     let _ = std::thread::Builder::new()
         .name("soma-open-ahead".into())
         .spawn(move || {
             let _task = task;
-            group.whole(&*store);
+            if !background.stopped() {
+                group.whole(&*store);
+            }
         });
 }
 
