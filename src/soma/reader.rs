@@ -886,6 +886,34 @@ impl BatchReader {
         BatchReader::open_with(array, selection, batch_bytes, Some((only, null_counted)))
     }
 
+    /// Starts reading the values of a two-dimensional dense array's `selection` without
+    /// their coordinates, which [`DenseCellOrder`] tells: when the read selects by ranges
+    /// alone, one of them on the second dimension. `None` otherwise.
+    pub fn open_dense_values(
+        array: &ArrayObject,
+        selection: &Selection,
+        batch_bytes: usize,
+    ) -> Result<Option<(BatchReader, DenseCellOrder)>> {
+        let unconditional = selection.equals.is_none() && selection.filter.is_none();
+        if !array.schema.dense || !unconditional || array.schema.index_columns().count() != 2 {
+            return Ok(None);
+        }
+        let Some(order) = DenseCellOrder::of(&read_ranges(array, selection)) else {
+            return Ok(None);
+        };
+        let values: Vec<&str> = (array.schema.columns.iter())
+            .filter(|c| !c.is_index)
+            .map(|c| c.name.as_str())
+            .collect();
+        // As many cells a batch as a read with coordinates: the cells of a query's buffers
+        // decide how many tiles libtiledb holds at once.
+        let cells_bytes = |only: Option<&[&str]>| row_bytes(&read_columns(array, selection, only));
+        let batch_bytes =
+            (batch_bytes as u64 * cells_bytes(Some(&values)) / cells_bytes(None)).max(1) as usize;
+        let reader = BatchReader::open_with(array, selection, batch_bytes, Some((&values, &[])))?;
+        Ok(Some((reader, order)))
+    }
+
     /// Starts a read of `selection` of `array`, sorted, or `unsorted` with the columns it
     /// names and the columns whose nulls it counts. The steps: the columns it returns, the
     /// ranges it reads, its [`ReadPlan`], the memory it takes, the condition its queries
@@ -1443,6 +1471,75 @@ impl Drop for ReadAhead {
     }
 }
 
+/// The coordinates of the cells a row-major read of a two-dimensional dense array returns,
+/// in their order: the ranges of the first dimension in turn, each of their rows whole along
+/// the one range of the second. A dense read returns every cell of its ranges, so their
+/// order tells their coordinates, which libtiledb would otherwise fill in cell by cell.
+#[derive(Debug)]
+pub struct DenseCellOrder {
+    rows: Vec<(i64, i64)>,
+    cols: (i64, i64),
+    /// The next cell: the index of its range of rows, its row, its column.
+    next: (usize, i64, i64),
+}
+
+impl DenseCellOrder {
+    /// The order of a read of `ranges` (one list per dimension, each filled); `None` unless
+    /// there are two dimensions of integer ranges, one range on the second.
+    fn of(ranges: &[Vec<(Value, Value)>]) -> Option<DenseCellOrder> {
+        let int = |(lo, hi): &(Value, Value)| -> Option<(i64, i64)> {
+            Some((
+                lo.as_i128()?.try_into().ok()?,
+                hi.as_i128()?.try_into().ok()?,
+            ))
+        };
+        let [rows, cols] = ranges else { return None };
+        let rows: Vec<(i64, i64)> = rows.iter().map(int).collect::<Option<_>>()?;
+        let cols = match cols.as_slice() {
+            [one] => int(one)?,
+            _ => return None,
+        };
+        let first_row = rows.first().map_or(0, |r| r.0);
+        Some(DenseCellOrder {
+            rows,
+            cols,
+            next: (0, first_row, cols.0),
+        })
+    }
+
+    /// Appends the coordinates of the next `n` cells to `row_ids` and `col_ids`; an error
+    /// when the read returned more cells than its ranges hold.
+    pub fn next_cells(
+        &mut self,
+        mut n: usize,
+        row_ids: &mut Vec<i64>,
+        col_ids: &mut Vec<i64>,
+    ) -> Result<()> {
+        let (lo, hi) = self.cols;
+        while n > 0 {
+            let (range, row, col) = self.next;
+            if range >= self.rows.len() || lo > hi {
+                return Err(Error::invalid(
+                    "a dense read returned more cells than it selects",
+                ));
+            }
+            let cells = usize::try_from(hi - col + 1).map_or(n, |left| left.min(n));
+            row_ids.extend(std::iter::repeat_n(row, cells));
+            col_ids.extend(col..col + cells as i64);
+            n -= cells;
+            self.next = if col + (cells as i64) <= hi {
+                (range, row, col + cells as i64)
+            } else if row < self.rows[range].1 {
+                (range, row + 1, lo)
+            } else {
+                let start = self.rows.get(range + 1).map_or(0, |r| r.0);
+                (range + 1, start, lo)
+            };
+        }
+        Ok(())
+    }
+}
+
 /// The values of a dense array in C order, as native bytes (bool as one byte each): all of
 /// it, or rows `first..=last` of its first dimension (counted from the domain's start).
 pub fn dense_values(array: &ArrayObject, rows: Option<(u64, u64)>) -> Result<Vec<u8>> {
@@ -1620,6 +1717,23 @@ fn to_arrow(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dense_read_tells_its_cells_by_their_order() {
+        let int = |lo: i64, hi: i64| (Value::Int(lo), Value::Int(hi));
+        // Rows 2..=3 and 7, columns 10..=12: row by row, in batches that end mid-row.
+        let mut order = DenseCellOrder::of(&[vec![int(2, 3), int(7, 7)], vec![int(10, 12)]])
+            .expect("integer ranges, one on the second dimension");
+        let (mut rows, mut cols) = (Vec::new(), Vec::new());
+        for n in [2, 5, 2] {
+            order.next_cells(n, &mut rows, &mut cols).unwrap();
+        }
+        assert_eq!(rows, [2, 2, 2, 3, 3, 3, 7, 7, 7]);
+        assert_eq!(cols, [10, 11, 12, 10, 11, 12, 10, 11, 12]);
+        assert!(order.next_cells(1, &mut rows, &mut cols).is_err());
+        // Several ranges of the second dimension: the order is libtiledb's to tell.
+        assert!(DenseCellOrder::of(&[vec![int(0, 1)], vec![int(0, 1), int(3, 4)]]).is_none());
+    }
 
     #[test]
     fn a_read_opens_with_a_few_rows_then_the_rest_of_their_band_then_whole_bands() {

@@ -713,7 +713,7 @@ pub fn read_cells(
     mut visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
 ) -> Result<()> {
     read_matrix(array, rows, |batch, row_ids, col_ids| {
-        visit(row_ids, col_ids, batch.column(2))
+        visit(row_ids, col_ids, batch.column(batch.num_columns() - 1))
     })
 }
 
@@ -735,7 +735,8 @@ pub fn runs_in_domain(array: &ArrayObject, dim: usize, runs: &[(i64, i64)]) -> V
 }
 
 /// Reads a two-dimensional array's cells in the rows `rows` (all when `None`), a batch at
-/// a time with its coordinates.
+/// a time with its coordinates: a dense array's values alone where their order tells their
+/// coordinates ([`DenseCellOrder`](super::reader::DenseCellOrder)), libtiledb filling them in cell by cell otherwise.
 fn read_matrix(
     array: &ArrayObject,
     rows: Option<&[(i64, i64)]>,
@@ -750,6 +751,19 @@ fn read_matrix(
         selection.ranges = vec![runs];
     }
     // Read on a thread of its own, a batch ahead: TileDB reads while the writer writes.
+    if let Some((reader, mut order)) =
+        BatchReader::open_dense_values(array, &selection, BATCH_BYTES)?
+    {
+        let mut reader = ReadAhead::start(reader)?;
+        let (mut row_ids, mut col_ids) = (Vec::new(), Vec::new());
+        while let Some(batch) = reader.next_batch()? {
+            row_ids.clear();
+            col_ids.clear();
+            order.next_cells(batch.num_rows(), &mut row_ids, &mut col_ids)?;
+            visit(&batch, &row_ids, &col_ids)?;
+        }
+        return Ok(());
+    }
     let mut reader = ReadAhead::start(BatchReader::open(array, &selection, BATCH_BYTES)?)?;
     while let Some(batch) = reader.next_batch()? {
         visit(
