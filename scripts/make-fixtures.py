@@ -840,8 +840,7 @@ def build_labels_df(uri):
         )
 
     # Written out of order: the middle block first.
-    with tiledbsoma.DataFrame.create(uri, schema=schema, index_column_names=["pos"], domain=[(-100, 100)]) as df:
-        df.write(block(-10, 10))
+    write_new_frame(block(-10, 10), uri, schema=schema, index_column_names=["pos"], domain=[(-100, 100)])
     for lo, hi in ((-30, -10), (10, 30)):
         time.sleep(0.005)
         with tiledbsoma.open(uri, "w") as df:
@@ -1008,9 +1007,12 @@ def build_scene(uri, rng):
     )
     pts_uri = os.path.join(uri, "obsl", "points")
     pts_space = CoordinateSpace([Axis(name="x", unit="pixel"), Axis(name="y", unit="pixel")])
-    with tiledbsoma.PointCloudDataFrame.create(
+    # Written a few milliseconds after its create, as write_new_frame does and for its reason.
+    tiledbsoma.PointCloudDataFrame.create(
         pts_uri, schema=schema, coordinate_space=pts_space, domain=[(0.0, 100.0), (-50.0, 50.0), (0, n - 1)]
-    ) as pts:
+    ).close()
+    time.sleep(0.005)
+    with tiledbsoma.open(pts_uri, "w") as pts:
         tbl = pa.Table.from_pydict(
             {
                 "x": rng.uniform(0, 100, n),
