@@ -48,6 +48,23 @@ pub fn estimated_bytes(array: &ArrayObject, cell_bytes: u64) -> crate::soma::Res
     Ok(cells.saturating_mul(cell_bytes))
 }
 
+/// The widest text of each of `array`'s columns, in schema order, where the bounds of its
+/// stored cells tell it: an integer index column's digits and sign (`None` for the others).
+pub fn text_widths(array: &ArrayObject) -> Vec<Option<u64>> {
+    let mut bounds = array.non_empty_domain.iter();
+    let digits =
+        |n: i128| n.unsigned_abs().checked_ilog10().unwrap_or(0) as u64 + 1 + u64::from(n < 0);
+    (array.schema.columns.iter())
+        .map(|column| match column.is_index {
+            false => None,
+            true => match bounds.next()? {
+                Some((lo, hi)) => Some(digits(lo.as_i128()?).max(digits(hi.as_i128()?))),
+                None => None,
+            },
+        })
+        .collect()
+}
+
 /// The cache key of content made from `arrays` (their snapshots) and what `describe` says
 /// of it.
 pub fn content_key<'a>(

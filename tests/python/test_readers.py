@@ -226,6 +226,20 @@ def test_fread_small_file_on_default_mount(fixtures_dir, expected):
     assert_every_row(got, expected["obs"], "fread of obs/data.csv, default mount")
 
 
+@pytest.mark.timeout(180)
+def test_fread_of_a_file_a_fifth_below_the_limit(fixtures_dir, expected):
+    """X's data.csv with --materialize-limit a quarter above its real size: its estimate (its
+    index columns as wide as their stored numbers) is below the limit, so fread, the first
+    to touch it, gets every row."""
+    skip_without_r("data.table")
+    t = TABLES["X"]
+    with mount_guard(fixtures_dir / STORE, "--exact-sizes") as mp:
+        real = os.stat(t.data_file(mp, "csv")).st_size
+    with mount_guard(fixtures_dir / STORE, "--materialize-limit", str(real * 5 // 4)) as mp:
+        got = fread(t.data_file(mp, "csv"), t.sum_columns)
+    assert_every_row(got, expected["X"], f"fread of X/data.csv, limit {real * 5 // 4} for {real} bytes")
+
+
 # --------------------------------------------------------------------------------------
 # copies of a whole array directory
 

@@ -74,7 +74,7 @@ fn chunk_entries(
     let kinds = column_kinds(array);
     let schema = array.schema.arrow();
     let widest_row = (TableFormat::ALL.into_iter())
-        .map(|f| f.estimated_row_bytes(&schema))
+        .map(|f| f.estimated_row_bytes(&schema, &[]))
         .max()
         .unwrap_or(1);
     let below_limit = materialize_limit / widest_row;

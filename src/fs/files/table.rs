@@ -33,7 +33,7 @@ use super::super::activity;
 use super::super::cache::CacheKey;
 use super::super::data::{
     as_generation, content_key, generate_whole, generate_whole_seekable, open_generated, small,
-    CacheWriter,
+    text_widths, CacheWriter,
 };
 use super::super::error::{FsError, FsResult};
 use super::super::open_file::{OpenFile, Stream};
@@ -153,7 +153,9 @@ impl TableFile {
         let array = self.table.array();
         let cells = estimated_cells(array, &self.table.selection)
             .map_err(|e| FsError::io(self.what(), e))?;
-        Ok(cells.saturating_mul(self.format.estimated_row_bytes(&array.schema.arrow())))
+        let row_bytes =
+            (self.format).estimated_row_bytes(&array.schema.arrow(), &text_widths(array));
+        Ok(cells.saturating_mul(row_bytes))
     }
 
     /// Whether opening a file of about `estimated_bytes` generates it whole first (see the
