@@ -142,6 +142,21 @@ impl Drop for Pending {
     }
 }
 
+/// The bytes free to an unprivileged user on the file system of `dir`.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string that outlives the call, and `stat` is
+    // writable memory for one `statvfs`, which the call fills when it returns 0.
+    let stat = match unsafe { libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) } {
+        // SAFETY: the call returned 0, so it filled `stat`.
+        0 => unsafe { stat.assume_init() },
+        _ => return None,
+    };
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
 const SUFFIX: &str = ".data";
 /// Content being written makes room for this many more bytes at a time.
 const ROOM_STEP_BYTES: u64 = 16 << 20;
@@ -187,6 +202,17 @@ impl ContentCache {
         let entries = self.entries.lock().recover();
         let bytes = entries.values().map(|e| e.size).sum();
         (bytes, self.limit_bytes, entries.len())
+    }
+
+    /// The most a file generated whole (not streamed) may be estimated at: a tenth of
+    /// `--cache-size`, so that the cache stays under its limit while it is written (a
+    /// stream makes room as it grows), and half of what the cache could take on its disk
+    /// (what is free, and what its entries hold), so that an estimate a little under the
+    /// file's size still fits.
+    pub fn whole_file_room(&self) -> u64 {
+        let (held, _, _) = self.usage();
+        let disk = free_bytes(&self.dir).map_or(u64::MAX, |free| free.saturating_add(held));
+        (self.limit_bytes / 10).min(disk / 2)
     }
 
     /// The size of the entry for `key`, if there is one.

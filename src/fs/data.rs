@@ -33,10 +33,13 @@ pub struct DataOptions {
 
 /// Whether a file of about `estimated_bytes` is small: generated whole when it is opened,
 /// and when a `stat` of it is the first look at its size (`Err`: the estimate failed, and
-/// generating it reports the failure rather than a size of 0).
+/// generating it reports the failure rather than a size of 0). It is below
+/// `--materialize-limit`, and the cache has room for it whole
+/// ([`ContentCache::whole_file_room`]); a larger one is streamed, and a stream the cache
+/// cannot hold is still read whole.
 pub fn small<E>(options: &DataOptions, estimated_bytes: Result<u64, E>) -> bool {
     match estimated_bytes {
-        Ok(bytes) => bytes < options.materialize_limit,
+        Ok(bytes) => bytes < options.materialize_limit && bytes <= options.cache.whole_file_room(),
         Err(_) => true,
     }
 }

@@ -163,7 +163,7 @@ impl TableFile {
     fn generated_whole_on_open(&self, cx: &FileContext, estimated_bytes: u64) -> bool {
         self.format == TableFormat::Parquet
             || cx.options.exact_sizes
-            || estimated_bytes < cx.options.materialize_limit
+            || small::<()>(&cx.options, Ok(estimated_bytes))
     }
 
     /// What the file is, for log lines.
