@@ -1,7 +1,8 @@
 """Whole-file behaviour of a multi-megabyte data file with ordinary tools (issue 3,
 LAYOUT.md "Sizes and reads"): big/X/data.csv (~3.2M cells, ~50 MB) is read by cat,
 head, tail, wc, cp, Python, pandas and polars, each on a fresh mount with a fresh
---cache-dir so it meets the file in its not-yet-generated state (size 0, direct I/O),
+--cache-dir and a --materialize-limit below its size, so it meets the file in its
+not-yet-generated state (size 0, direct I/O),
 and every tool must get exactly the whole content.
 
 The content is checked once against tiledbsoma's row-major read (the `golden` fixture:
@@ -35,6 +36,9 @@ STORE = "big"
 REL = Path("X") / "data.csv"
 HEADER = b"soma_dim_0,soma_dim_1,soma_data\n"
 TOOL_TIMEOUT = 120  # seconds for one tool run on the big file
+# A --materialize-limit below big/X/data.csv's size (51 MB, estimated about as much): the
+# file is streamed, not generated whole when opened, unless a test says otherwise.
+STREAMED = ("--materialize-limit", "16M")
 SETTLE = 2.0  # seconds a stat may take to show the size after a full read has finished
 
 pytestmark = pytest.mark.timeout(300)
@@ -164,7 +168,8 @@ def fresh(mount, fixtures_dir):
     options say otherwise."""
 
     def _fresh(*args):
-        return mount(fixtures_dir / STORE, *args)
+        limit = () if "--materialize-limit" in args else STREAMED
+        return mount(fixtures_dir / STORE, *limit, *args)
 
     return _fresh
 
@@ -190,11 +195,11 @@ def size_settles(path: Path, n: int) -> str | None:
 
 @pytest.fixture(scope="module")
 def golden(fixtures_dir, big_ref):
-    """`cat X/data.csv` on a fresh mount (default options, fresh cache), checked value
+    """`cat X/data.csv` on a fresh mount (fresh cache, the file streamed), checked value
     for value against tiledbsoma. Returns (content, problems)."""
     from conftest import mount_guard
 
-    with mount_guard(fixtures_dir / STORE, label="golden mount of big") as mp:
+    with mount_guard(fixtures_dir / STORE, *STREAMED, label="golden mount of big") as mp:
         path = Path(mp) / REL
         st0 = os.stat(path).st_size
         content = run(["cat", str(path)]).stdout
