@@ -814,14 +814,31 @@ impl DenseWriter {
         self.blocks.put(rows, cols, values)
     }
 
+    /// Sets the cells of each run: `cells` values from `values_at` on, in a row from a
+    /// column on.
+    pub fn put_runs(&mut self, runs: &[RowRun], values: &ArrayRef) -> io::Result<()> {
+        self.blocks.put_runs(runs, values)
+    }
+
     /// Writes the rest of the rows and marks the array.
     pub fn finish(self) -> io::Result<()> {
         self.blocks.finish()
     }
 }
 
+/// Cells of a row of a dense array that come together in a batch's values: `cells` of them
+/// from `values_at`, to row `row` from column `col`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowRun {
+    pub row: usize,
+    pub col: usize,
+    pub values_at: usize,
+    pub cells: usize,
+}
+
 trait Cells {
     fn put(&mut self, rows: &[usize], cols: &[usize], values: &ArrayRef) -> io::Result<()>;
+    fn put_runs(&mut self, runs: &[RowRun], values: &ArrayRef) -> io::Result<()>;
     fn finish(self: Box<Self>) -> io::Result<()>;
 }
 
@@ -855,6 +872,39 @@ where
         })
     }
 
+    /// The block's offset of `row`, writing the blocks before it first; an error for a row
+    /// outside the array or before the block held.
+    fn row_at(&mut self, row: usize) -> io::Result<usize> {
+        if row >= self.shape[0] {
+            return Err(io::Error::other(format!(
+                "row {row} is outside a {} x {} array",
+                self.shape[0], self.shape[1]
+            )));
+        }
+        while row >= self.start + self.block_rows {
+            self.write_block()?;
+        }
+        if row < self.start {
+            return Err(io::Error::other(format!(
+                "array row {row} comes after row {}",
+                self.start
+            )));
+        }
+        Ok((row - self.start) * self.shape[1])
+    }
+
+    /// `values` as this array's values.
+    fn values_of(values: &ArrayRef) -> io::Result<&[A::Native]> {
+        let values = values.as_primitive_opt::<A>().ok_or_else(|| {
+            io::Error::other(format!(
+                "expected {}, got {}",
+                A::DATA_TYPE,
+                values.data_type()
+            ))
+        })?;
+        Ok(values.values().as_ref())
+    }
+
     /// Writes the block held and starts the next.
     fn write_block(&mut self) -> io::Result<()> {
         let rows = self.block_rows.min(self.shape[0] - self.start);
@@ -881,31 +931,37 @@ where
     A::Native: H5Type,
 {
     fn put(&mut self, rows: &[usize], cols: &[usize], values: &ArrayRef) -> io::Result<()> {
-        let values = values.as_primitive_opt::<A>().ok_or_else(|| {
-            io::Error::other(format!(
-                "expected {}, got {}",
-                A::DATA_TYPE,
-                values.data_type()
-            ))
-        })?;
-        let values = values.values();
+        let values = Self::values_of(values)?;
         for (i, (&row, &col)) in rows.iter().zip(cols).enumerate() {
-            if row >= self.shape[0] || col >= self.shape[1] {
+            if col >= self.shape[1] {
                 return Err(io::Error::other(format!(
                     "cell ({row}, {col}) is outside a {} x {} array",
                     self.shape[0], self.shape[1]
                 )));
             }
-            while row >= self.start + self.block_rows {
-                self.write_block()?;
-            }
-            if row < self.start {
+            let at = self.row_at(row)?;
+            self.block[at + col] = values[i];
+        }
+        Ok(())
+    }
+
+    fn put_runs(&mut self, runs: &[RowRun], values: &ArrayRef) -> io::Result<()> {
+        let values = Self::values_of(values)?;
+        for run in runs {
+            let (cols, from) = (run.col..run.col + run.cells, run.values_at);
+            let (Some(run_values), true) = (
+                values.get(from..from + run.cells),
+                cols.end <= self.shape[1],
+            ) else {
                 return Err(io::Error::other(format!(
-                    "array row {row} comes after row {}",
-                    self.start
+                    "{run:?} is outside a {} x {} array or {} values",
+                    self.shape[0],
+                    self.shape[1],
+                    values.len()
                 )));
-            }
-            self.block[(row - self.start) * self.shape[1] + col] = values[i];
+            };
+            let at = self.row_at(run.row)?;
+            self.block[at + cols.start..at + cols.end].copy_from_slice(run_values);
         }
         Ok(())
     }
@@ -930,6 +986,38 @@ mod tests {
     fn text_attr_of(location: &Location, name: &str) -> String {
         let value: VarLenUnicode = location.attr(name).unwrap().read_scalar().unwrap();
         value.as_str().to_owned()
+    }
+
+    #[test]
+    fn a_dense_array_takes_runs_of_rows_and_single_cells_alike() {
+        let path = temp_file("dense-runs");
+        let file = H5ad::create(&path).unwrap();
+        let mut dense = DenseWriter::create(file.root(), "m", [3, 4], &DataType::Float32).unwrap();
+        let values = |v: &[f32]| Arc::new(Float32Array::from(v.to_vec())) as ArrayRef;
+        let run = |row, col, values_at, cells| RowRun {
+            row,
+            col,
+            values_at,
+            cells,
+        };
+        // Row 0 from column 1, then row 2 whole; the value between them is not placed.
+        let batch = values(&[1.0, 2.0, 3.0, 9.0, 5.0, 6.0, 7.0, 8.0]);
+        dense
+            .put_runs(&[run(0, 1, 0, 3), run(2, 0, 4, 4)], &batch)
+            .unwrap();
+        let outside = [run(2, 2, 0, 3), run(2, 0, 6, 3), run(3, 0, 0, 1)];
+        for wrong in outside {
+            assert!(dense.put_runs(&[wrong], &batch).is_err(), "{wrong:?}");
+        }
+        dense.finish().unwrap();
+        file.close().unwrap();
+        let file = File::open(&path).unwrap();
+        let cells: Vec<f32> = file.dataset("m").unwrap().read_raw().unwrap();
+        assert_eq!(
+            cells,
+            [0.0, 1.0, 2.0, 3.0, 0.0, 0.0, 0.0, 0.0, 5.0, 6.0, 7.0, 8.0]
+        );
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod tenx;
 
 pub use error::{Error, Result};
 pub use object::{shows_the_past, ArrayObject, GroupObject, Objects, SomaObject, Store};
-pub use reader::{dense_values, BatchReader, ReadAhead, Selection, BATCH_BYTES};
+pub use reader::{dense_values, BatchReader, ReadAhead, RowPiece, Selection, BATCH_BYTES};
 pub use schema::{arrow_type, Column, SomaSchema};
 pub use slice::{chunks, counted_cells, estimated_cells};
 pub use soma_type::SomaType;

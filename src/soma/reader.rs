@@ -1507,14 +1507,9 @@ impl DenseCellOrder {
         })
     }
 
-    /// Appends the coordinates of the next `n` cells to `row_ids` and `col_ids`; an error
-    /// when the read returned more cells than its ranges hold.
-    pub fn next_cells(
-        &mut self,
-        mut n: usize,
-        row_ids: &mut Vec<i64>,
-        col_ids: &mut Vec<i64>,
-    ) -> Result<()> {
+    /// Appends the next `n` cells to `pieces`, as pieces of rows; an error when the read
+    /// returned more cells than its ranges hold.
+    pub fn next_pieces(&mut self, mut n: usize, pieces: &mut Vec<RowPiece>) -> Result<()> {
         let (lo, hi) = self.cols;
         while n > 0 {
             let (range, row, col) = self.next;
@@ -1524,8 +1519,11 @@ impl DenseCellOrder {
                 ));
             }
             let cells = usize::try_from(hi - col + 1).map_or(n, |left| left.min(n));
-            row_ids.extend(std::iter::repeat_n(row, cells));
-            col_ids.extend(col..col + cells as i64);
+            pieces.push(RowPiece {
+                row,
+                first_col: col,
+                cells,
+            });
             n -= cells;
             self.next = if col + (cells as i64) <= hi {
                 (range, row, col + cells as i64)
@@ -1537,6 +1535,25 @@ impl DenseCellOrder {
             };
         }
         Ok(())
+    }
+}
+
+/// Cells of one row of a matrix that come one after another: `cells` of them from column
+/// `first_col` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowPiece {
+    pub row: i64,
+    pub first_col: i64,
+    pub cells: usize,
+}
+
+impl RowPiece {
+    /// The coordinates of `pieces`' cells, appended to `row_ids` and `col_ids`.
+    pub fn coordinates(pieces: &[RowPiece], row_ids: &mut Vec<i64>, col_ids: &mut Vec<i64>) {
+        for piece in pieces {
+            row_ids.extend(std::iter::repeat_n(piece.row, piece.cells));
+            col_ids.extend(piece.first_col..piece.first_col + piece.cells as i64);
+        }
     }
 }
 
@@ -1724,13 +1741,30 @@ mod tests {
         // Rows 2..=3 and 7, columns 10..=12: row by row, in batches that end mid-row.
         let mut order = DenseCellOrder::of(&[vec![int(2, 3), int(7, 7)], vec![int(10, 12)]])
             .expect("integer ranges, one on the second dimension");
-        let (mut rows, mut cols) = (Vec::new(), Vec::new());
+        let mut pieces = Vec::new();
         for n in [2, 5, 2] {
-            order.next_cells(n, &mut rows, &mut cols).unwrap();
+            order.next_pieces(n, &mut pieces).unwrap();
         }
+        let piece = |row, first_col, cells| RowPiece {
+            row,
+            first_col,
+            cells,
+        };
+        assert_eq!(
+            pieces,
+            [
+                piece(2, 10, 2),
+                piece(2, 12, 1),
+                piece(3, 10, 3),
+                piece(7, 10, 1),
+                piece(7, 11, 2)
+            ]
+        );
+        let (mut rows, mut cols) = (Vec::new(), Vec::new());
+        RowPiece::coordinates(&pieces, &mut rows, &mut cols);
         assert_eq!(rows, [2, 2, 2, 3, 3, 3, 7, 7, 7]);
         assert_eq!(cols, [10, 11, 12, 10, 11, 12, 10, 11, 12]);
-        assert!(order.next_cells(1, &mut rows, &mut cols).is_err());
+        assert!(order.next_pieces(1, &mut pieces).is_err());
         // Several ranges of the second dimension: the order is libtiledb's to tell.
         assert!(DenseCellOrder::of(&[vec![int(0, 1)], vec![int(0, 1), int(3, 4)]]).is_none());
     }

@@ -40,7 +40,7 @@ pub use uns::{uns_array_layout, uns_element, UnsElement, UnsTogether, UnsValues}
 use super::error::{Error, Result};
 use super::joinids::{joinids, Positions};
 use super::object::{ArrayObject, GroupObject, Objects, SomaObject};
-use super::reader::{labels_array, BatchReader, ReadAhead, Selection, BATCH_BYTES};
+use super::reader::{labels_array, BatchReader, ReadAhead, RowPiece, Selection, BATCH_BYTES};
 use super::schema::Column;
 use super::soma_type::SomaType;
 
@@ -712,8 +712,35 @@ pub fn read_cells(
     rows: Option<&[(i64, i64)]>,
     mut visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
 ) -> Result<()> {
-    read_matrix(array, rows, |batch, row_ids, col_ids| {
-        visit(row_ids, col_ids, batch.column(batch.num_columns() - 1))
+    let (mut row_ids, mut col_ids) = (Vec::new(), Vec::new());
+    read_cell_runs(array, rows, |cells, values| match cells {
+        CellCoordinates::Listed(row_ids, col_ids) => visit(row_ids, col_ids, values),
+        CellCoordinates::RowPieces(pieces) => {
+            row_ids.clear();
+            col_ids.clear();
+            RowPiece::coordinates(pieces, &mut row_ids, &mut col_ids);
+            visit(&row_ids, &col_ids, values)
+        }
+    })
+}
+
+/// The coordinates of a batch of a matrix's cells: listed cell by cell, or as pieces of
+/// rows (a dense read's, whose order tells them).
+#[derive(Debug, Clone, Copy)]
+pub enum CellCoordinates<'a> {
+    Listed(&'a [i64], &'a [i64]),
+    RowPieces(&'a [RowPiece]),
+}
+
+/// [`read_cells`], with the coordinates of a dense read's cells as pieces of rows, for
+/// writers that place a row's cells at once.
+pub fn read_cell_runs(
+    array: &ArrayObject,
+    rows: Option<&[(i64, i64)]>,
+    mut visit: impl FnMut(CellCoordinates, &ArrayRef) -> std::io::Result<()>,
+) -> Result<()> {
+    read_matrix(array, rows, |batch, cells| {
+        visit(cells, batch.column(batch.num_columns() - 1))
     })
 }
 
@@ -736,11 +763,12 @@ pub fn runs_in_domain(array: &ArrayObject, dim: usize, runs: &[(i64, i64)]) -> V
 
 /// Reads a two-dimensional array's cells in the rows `rows` (all when `None`), a batch at
 /// a time with its coordinates: a dense array's values alone where their order tells their
-/// coordinates ([`DenseCellOrder`](super::reader::DenseCellOrder)), libtiledb filling them in cell by cell otherwise.
+/// coordinates ([`DenseCellOrder`](super::reader::DenseCellOrder)), libtiledb filling them
+/// in cell by cell otherwise.
 fn read_matrix(
     array: &ArrayObject,
     rows: Option<&[(i64, i64)]>,
-    mut visit: impl FnMut(&RecordBatch, &[i64], &[i64]) -> std::io::Result<()>,
+    mut visit: impl FnMut(&RecordBatch, CellCoordinates) -> std::io::Result<()>,
 ) -> Result<()> {
     let mut selection = Selection::default();
     if let Some(rows) = rows {
@@ -755,22 +783,19 @@ fn read_matrix(
         BatchReader::open_dense_values(array, &selection, BATCH_BYTES)?
     {
         let mut reader = ReadAhead::start(reader)?;
-        let (mut row_ids, mut col_ids) = (Vec::new(), Vec::new());
+        let mut pieces = Vec::new();
         while let Some(batch) = reader.next_batch()? {
-            row_ids.clear();
-            col_ids.clear();
-            order.next_cells(batch.num_rows(), &mut row_ids, &mut col_ids)?;
-            visit(&batch, &row_ids, &col_ids)?;
+            pieces.clear();
+            order.next_pieces(batch.num_rows(), &mut pieces)?;
+            visit(&batch, CellCoordinates::RowPieces(&pieces))?;
         }
         return Ok(());
     }
     let mut reader = ReadAhead::start(BatchReader::open(array, &selection, BATCH_BYTES)?)?;
     while let Some(batch) = reader.next_batch()? {
-        visit(
-            &batch,
-            dimension(array, &batch, 0)?,
-            dimension(array, &batch, 1)?,
-        )?;
+        let cells =
+            CellCoordinates::Listed(dimension(array, &batch, 0)?, dimension(array, &batch, 1)?);
+        visit(&batch, cells)?;
     }
     Ok(())
 }
@@ -860,17 +885,21 @@ impl CellPlaces {
 
     /// The batch's `values` of the cells kept, as `value_type`.
     pub fn values(&self, values: &ArrayRef, value_type: &DataType) -> std::io::Result<ArrayRef> {
-        let mut values = if self.keeps_all() {
-            values.clone()
-        } else {
-            let keep = BooleanBuffer::collect_bool(self.keep.len(), |i| self.keep[i]);
-            arrow_select::filter::filter(values, &BooleanArray::new(keep, None))
-                .map_err(std::io::Error::other)?
-        };
-        if values.data_type() != value_type {
-            values = arrow_cast::cast(&values, value_type).map_err(std::io::Error::other)?;
+        if self.keeps_all() {
+            return values_as(values, value_type);
         }
-        Ok(values)
+        let keep = BooleanBuffer::collect_bool(self.keep.len(), |i| self.keep[i]);
+        let kept = arrow_select::filter::filter(values, &BooleanArray::new(keep, None))
+            .map_err(std::io::Error::other)?;
+        values_as(&kept, value_type)
+    }
+}
+
+/// A matrix's `values` as `value_type`.
+pub fn values_as(values: &ArrayRef, value_type: &DataType) -> std::io::Result<ArrayRef> {
+    match values.data_type() == value_type {
+        true => Ok(values.clone()),
+        false => arrow_cast::cast(values, value_type).map_err(std::io::Error::other),
     }
 }
 
