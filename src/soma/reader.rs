@@ -901,6 +901,18 @@ impl BatchReader {
         let Some(order) = DenseCellOrder::of(&read_ranges(array, selection)) else {
             return Ok(None);
         };
+        let reader = BatchReader::open_values(array, selection, batch_bytes)?;
+        Ok(Some((reader, order)))
+    }
+
+    /// Starts reading the values of a dense array's `selection` without their coordinates,
+    /// in row-major order (a dense array is always read so): its cells in C order when it
+    /// selects one range a dimension.
+    fn open_values(
+        array: &ArrayObject,
+        selection: &Selection,
+        batch_bytes: usize,
+    ) -> Result<BatchReader> {
         let values: Vec<&str> = (array.schema.columns.iter())
             .filter(|c| !c.is_index)
             .map(|c| c.name.as_str())
@@ -910,8 +922,7 @@ impl BatchReader {
         let cells_bytes = |only: Option<&[&str]>| row_bytes(&read_columns(array, selection, only));
         let batch_bytes =
             (batch_bytes as u64 * cells_bytes(Some(&values)) / cells_bytes(None)).max(1) as usize;
-        let reader = BatchReader::open_with(array, selection, batch_bytes, Some((&values, &[])))?;
-        Ok(Some((reader, order)))
+        BatchReader::open_with(array, selection, batch_bytes, Some((&values, &[])))
     }
 
     /// Starts a read of `selection` of `array`, sorted, or `unsorted` with the columns it
@@ -1576,7 +1587,10 @@ pub fn dense_values(array: &ArrayObject, rows: Option<(u64, u64)>) -> Result<Vec
             Value::Int(lo + last as i64),
         )]];
     }
-    let mut reader = BatchReader::open(array, &selection, BATCH_BYTES)?;
+    let mut reader = match array.schema.dense {
+        true => BatchReader::open_values(array, &selection, BATCH_BYTES)?,
+        false => BatchReader::open(array, &selection, BATCH_BYTES)?,
+    };
     let mut out = Vec::new();
     while let Some(batch) = reader.next_batch()? {
         let values = batch.column(batch.num_columns() - 1);
