@@ -814,10 +814,9 @@ impl DenseWriter {
         self.blocks.put(rows, cols, values)
     }
 
-    /// Sets the cells of each run: `cells` values from `values_at` on, in a row from a
-    /// column on.
-    pub fn put_runs(&mut self, runs: &[RowRun], values: &ArrayRef) -> io::Result<()> {
-        self.blocks.put_runs(runs, values)
+    /// Sets the cells (`row`, `col` + i) to `values[i]`.
+    pub fn put_row(&mut self, row: usize, col: usize, values: &ArrayRef) -> io::Result<()> {
+        self.blocks.put_row(row, col, values)
     }
 
     /// Writes the rest of the rows and marks the array.
@@ -826,19 +825,9 @@ impl DenseWriter {
     }
 }
 
-/// Cells of a row of a dense array that come together in a batch's values: `cells` of them
-/// from `values_at`, to row `row` from column `col`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RowRun {
-    pub row: usize,
-    pub col: usize,
-    pub values_at: usize,
-    pub cells: usize,
-}
-
 trait Cells {
     fn put(&mut self, rows: &[usize], cols: &[usize], values: &ArrayRef) -> io::Result<()>;
-    fn put_runs(&mut self, runs: &[RowRun], values: &ArrayRef) -> io::Result<()>;
+    fn put_row(&mut self, row: usize, col: usize, values: &ArrayRef) -> io::Result<()>;
     fn finish(self: Box<Self>) -> io::Result<()>;
 }
 
@@ -945,24 +934,17 @@ where
         Ok(())
     }
 
-    fn put_runs(&mut self, runs: &[RowRun], values: &ArrayRef) -> io::Result<()> {
+    fn put_row(&mut self, row: usize, col: usize, values: &ArrayRef) -> io::Result<()> {
         let values = Self::values_of(values)?;
-        for run in runs {
-            let (cols, from) = (run.col..run.col + run.cells, run.values_at);
-            let (Some(run_values), true) = (
-                values.get(from..from + run.cells),
-                cols.end <= self.shape[1],
-            ) else {
-                return Err(io::Error::other(format!(
-                    "{run:?} is outside a {} x {} array or {} values",
-                    self.shape[0],
-                    self.shape[1],
-                    values.len()
-                )));
-            };
-            let at = self.row_at(run.row)?;
-            self.block[at + cols.start..at + cols.end].copy_from_slice(run_values);
+        let cols = col..col + values.len();
+        if cols.end > self.shape[1] {
+            return Err(io::Error::other(format!(
+                "cells ({row}, {cols:?}) are outside a {} x {} array",
+                self.shape[0], self.shape[1]
+            )));
         }
+        let at = self.row_at(row)?;
+        self.block[at + cols.start..at + cols.end].copy_from_slice(values);
         Ok(())
     }
 
@@ -989,26 +971,22 @@ mod tests {
     }
 
     #[test]
-    fn a_dense_array_takes_runs_of_rows_and_single_cells_alike() {
-        let path = temp_file("dense-runs");
+    fn a_dense_array_takes_a_row_s_cells_at_once() {
+        let path = temp_file("dense-rows");
         let file = H5ad::create(&path).unwrap();
         let mut dense = DenseWriter::create(file.root(), "m", [3, 4], &DataType::Float32).unwrap();
         let values = |v: &[f32]| Arc::new(Float32Array::from(v.to_vec())) as ArrayRef;
-        let run = |row, col, values_at, cells| RowRun {
-            row,
-            col,
-            values_at,
-            cells,
-        };
-        // Row 0 from column 1, then row 2 whole; the value between them is not placed.
-        let batch = values(&[1.0, 2.0, 3.0, 9.0, 5.0, 6.0, 7.0, 8.0]);
-        dense
-            .put_runs(&[run(0, 1, 0, 3), run(2, 0, 4, 4)], &batch)
-            .unwrap();
-        let outside = [run(2, 2, 0, 3), run(2, 0, 6, 3), run(3, 0, 0, 1)];
-        for wrong in outside {
-            assert!(dense.put_runs(&[wrong], &batch).is_err(), "{wrong:?}");
-        }
+        // Row 0 from column 1, then row 2 whole.
+        dense.put_row(0, 1, &values(&[1.0, 2.0, 3.0])).unwrap();
+        dense.put_row(2, 0, &values(&[5.0, 6.0, 7.0, 8.0])).unwrap();
+        assert!(
+            dense.put_row(2, 2, &values(&[1.0; 3])).is_err(),
+            "past its columns"
+        );
+        assert!(
+            dense.put_row(3, 0, &values(&[1.0])).is_err(),
+            "past its rows"
+        );
         dense.finish().unwrap();
         file.close().unwrap();
         let file = File::open(&path).unwrap();

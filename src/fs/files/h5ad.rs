@@ -20,14 +20,14 @@ use std::sync::{Arc, OnceLock};
 
 use arrow_array::{Array as _, ArrayRef, RecordBatch};
 
-use crate::format::h5ad::{self, CsrWriter, DenseWriter, FrameIndex, FrameWriter, H5ad, RowRun};
+use crate::format::h5ad::{self, CsrWriter, DenseWriter, FrameIndex, FrameWriter, H5ad};
 use crate::soma::anndata::AT_ONCE;
 use crate::soma::anndata::{
-    self, Along, AnnDataElements, AnnDataExperiment, AnnDataMeasurement, Axis, CellCoordinates,
-    CellPlaces, FrameElement, FrameRows, Layout, MatrixColumns, MatrixElement, MeasurementGroup,
+    self, Along, AnnDataElements, AnnDataExperiment, AnnDataMeasurement, Axis, CellPlaces,
+    FrameElement, FrameRows, Layout, MatrixColumns, MatrixElement, MeasurementGroup, Placed,
     UnsCollection, UnsElement, UnsMember,
 };
-use crate::soma::{ArrayObject, Objects, RowPiece, Selection};
+use crate::soma::{ArrayObject, Objects, Selection};
 use crate::sync::map_at_once;
 use crate::tiledb::{MetadataValue, Value};
 
@@ -427,37 +427,37 @@ fn write_matrix(
             expected,
         )?)
     };
-    let (mut row_ids, mut col_ids, mut runs) = (Vec::new(), Vec::new(), Vec::new());
-    let mut put = |cells: CellCoordinates, values: &ArrayRef| {
-        // Pieces of rows of a dense matrix of plain column indices (obsm's) go whole.
-        if let (CellCoordinates::RowPieces(pieces), Matrix::Dense(dense), Axis::Indices(width)) =
-            (cells, &mut matrix, cols)
-        {
-            runs.clear();
-            runs.extend(row_runs(pieces, rows, width));
-            return dense.put_runs(&runs, &anndata::values_as(values, &value_type)?);
-        }
-        let (row_ids, col_ids) = match cells {
-            CellCoordinates::Listed(row_ids, col_ids) => (row_ids, col_ids),
-            CellCoordinates::RowPieces(pieces) => {
-                row_ids.clear();
-                col_ids.clear();
-                RowPiece::coordinates(pieces, &mut row_ids, &mut col_ids);
-                (&row_ids[..], &col_ids[..])
+    let mut put = |placed: Placed, values: &ArrayRef| match (placed, &mut matrix) {
+        (Placed::Runs(runs), Matrix::Dense(dense)) => {
+            let values = anndata::values_as(values, &value_type)?;
+            for run in runs {
+                dense.put_row(run.row, run.col, &values.slice(run.values_at, run.cells))?;
             }
-        };
-        let places = CellPlaces::of((&rows, &cols), row_ids, col_ids);
-        let values = places.values(values, &value_type)?;
-        match &mut matrix {
-            Matrix::Csr(csr) => csr.append(&places.rows, &places.cols, &values),
-            Matrix::Dense(block) => block.put(&places.rows, &places.cols, &values),
+            Ok(())
+        }
+        (Placed::Runs(runs), Matrix::Csr(csr)) => {
+            let values = anndata::values_as(values, &value_type)?;
+            for run in runs {
+                let cols: Vec<usize> = (run.col..run.col + run.cells).collect();
+                let rows = vec![run.row; run.cells];
+                csr.append(&rows, &cols, &values.slice(run.values_at, run.cells))?;
+            }
+            Ok(())
+        }
+        (Placed::Cells(places), matrix) => {
+            let values = places.values(values, &value_type)?;
+            match matrix {
+                Matrix::Csr(csr) => csr.append(&places.rows, &places.cols, &values),
+                Matrix::Dense(block) => block.put(&places.rows, &places.cols, &values),
+            }
         }
     };
     match cells {
-        CellsOf::Read(only) => anndata::read_cell_runs(array, only, put)?,
+        CellsOf::Read(only) => anndata::read_placed(array, only, (rows, cols), put)?,
         CellsOf::Held(held) => {
             for (row_ids, col_ids, values) in &held {
-                put(CellCoordinates::Listed(row_ids, col_ids), values)?;
+                let places = CellPlaces::of((&rows, &cols), row_ids, col_ids);
+                put(Placed::Cells(&places), values)?;
             }
         }
     }
@@ -465,32 +465,6 @@ fn write_matrix(
         Matrix::Csr(csr) => csr.finish(),
         Matrix::Dense(block) => block.finish(),
     }
-}
-
-/// Where pieces of rows go in a matrix whose rows are `rows` and whose columns are the
-/// indices below `width`: the cells the matrix holds (as [`CellPlaces`] keeps them), a run
-/// of each piece, at its values' place in the batch.
-fn row_runs<'a>(
-    pieces: &'a [RowPiece],
-    rows: Axis<'a>,
-    width: usize,
-) -> impl Iterator<Item = RowRun> + 'a {
-    let mut values_at = 0;
-    pieces.iter().filter_map(move |piece| {
-        let at = values_at;
-        values_at += piece.cells;
-        // Columns below 0 and from `width` on are not the matrix's.
-        let skipped = usize::try_from(piece.first_col.min(0).unsigned_abs()).ok()?;
-        let col = usize::try_from(piece.first_col.max(0)).ok()?;
-        let cells = (piece.cells.saturating_sub(skipped)).min(width.saturating_sub(col));
-        let row = rows.at(piece.row)?;
-        (cells > 0).then_some(RowRun {
-            row,
-            col,
-            values_at: at + skipped,
-            cells,
-        })
-    })
 }
 
 /// Writes an uns collection as to_anndata reads it: each member (a collection as a mapping,
@@ -565,36 +539,4 @@ fn write_uns_value(group: &HdfGroup, key: &str, value: &MetadataValue) -> io::Re
     }
     let (array, _) = uns_value(value);
     h5ad::write_array(group, key, &[array.len()], &array)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::soma::joinids::Positions;
-
-    #[test]
-    fn pieces_of_rows_go_where_the_matrix_holds_their_cells() {
-        // The matrix's rows are join ids 10, 11 and 20; its columns the indices below 3.
-        let positions = Positions::new(vec![10, 11, 20]);
-        let rows = Axis::Joinids(&positions);
-        let piece = |row, first_col, cells| RowPiece {
-            row,
-            first_col,
-            cells,
-        };
-        let run = |row, col, values_at, cells| RowRun {
-            row,
-            col,
-            values_at,
-            cells,
-        };
-        let pieces = [
-            piece(10, 1, 4),  // columns 1-4: 3 and 4 are not the matrix's
-            piece(12, 0, 5),  // a row the matrix does not hold
-            piece(20, -2, 4), // columns -2-1: -2 and -1 are not the matrix's
-            piece(11, 5, 2),  // beyond its columns
-        ];
-        let runs: Vec<RowRun> = row_runs(&pieces, rows, 3).collect();
-        assert_eq!(runs, [run(0, 1, 0, 2), run(2, 0, 11, 2)]);
-    }
 }

@@ -38,8 +38,8 @@ use crate::format::h5ad::FrameIndex;
 use crate::format::zarr::{self, ArrayMeta, Dtype};
 use crate::soma::anndata::{
     self, AnnDataElements, AxisRows, ColumnPart, CsrPart, CsrSource, FrameRows, FrameSource,
-    MatrixElement, MatrixSource, ObsVarRows, UnsCollection, UnsElement, UnsMember, UnsTogether,
-    UnsValues,
+    MatrixElement, MatrixSource, ObsVarRows, Placed, UnsCollection, UnsElement, UnsMember,
+    UnsTogether, UnsValues,
 };
 use crate::soma::ArrayObject;
 use crate::sync::{at_once, map_at_once};
@@ -300,15 +300,35 @@ impl ZarrArray {
         let mut chunk = vec![0u8; size];
         let first = rows.start;
         let mut bytes = Vec::new();
-        matrix.cells(rows, |places, values| {
-            let values = matrix.values(values, places)?;
+        // Copies `cells` values from the `from`th of the batch's to row `row`, column `col`.
+        let mut place = |bytes: &[u8], (row, col): (usize, usize), from: usize, cells: usize| {
+            let at = ((row - first) * width + col) * item;
+            let to = chunk.get_mut(at..at + cells * item);
+            let from = bytes.get(from * item..(from + cells) * item);
+            match (to, from) {
+                (Some(to), Some(from)) => {
+                    to.copy_from_slice(from);
+                    Ok(())
+                }
+                _ => Err(io::Error::other(format!(
+                    "cells ({row}, {col}..) are outside the chunk of rows {first}.."
+                ))),
+            }
+        };
+        matrix.placed(rows, |placed, values| {
+            let values = match placed {
+                Placed::Runs(_) => anndata::values_as(values, &matrix.value_type)?,
+                Placed::Cells(places) => matrix.values(values, places)?,
+            };
             bytes.clear();
             zarr::put_fixed(values.as_ref(), &mut bytes)?;
-            for (i, (&r, &c)) in places.rows.iter().zip(&places.cols).enumerate() {
-                let at = ((r - first) * width + c) * item;
-                chunk[at..at + item].copy_from_slice(&bytes[i * item..(i + 1) * item]);
+            match placed {
+                Placed::Runs(runs) => (runs.iter()).try_for_each(|run| {
+                    place(&bytes, (run.row, run.col), run.values_at, run.cells)
+                }),
+                Placed::Cells(places) => (places.rows.iter().zip(&places.cols).enumerate())
+                    .try_for_each(|(i, (&row, &col))| place(&bytes, (row, col), i, 1)),
             }
-            Ok(())
         })?;
         Ok(chunk)
     }

@@ -713,13 +713,16 @@ pub fn read_cells(
     mut visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
 ) -> Result<()> {
     let (mut row_ids, mut col_ids) = (Vec::new(), Vec::new());
-    read_cell_runs(array, rows, |cells, values| match cells {
-        CellCoordinates::Listed(row_ids, col_ids) => visit(row_ids, col_ids, values),
-        CellCoordinates::RowPieces(pieces) => {
-            row_ids.clear();
-            col_ids.clear();
-            RowPiece::coordinates(pieces, &mut row_ids, &mut col_ids);
-            visit(&row_ids, &col_ids, values)
+    read_matrix(array, rows, |batch, cells| {
+        let values = batch.column(batch.num_columns() - 1);
+        match cells {
+            CellCoordinates::Listed(row_ids, col_ids) => visit(row_ids, col_ids, values),
+            CellCoordinates::RowPieces(pieces) => {
+                row_ids.clear();
+                col_ids.clear();
+                RowPiece::coordinates(pieces, &mut row_ids, &mut col_ids);
+                visit(&row_ids, &col_ids, values)
+            }
         }
     })
 }
@@ -727,20 +730,83 @@ pub fn read_cells(
 /// The coordinates of a batch of a matrix's cells: listed cell by cell, or as pieces of
 /// rows (a dense read's, whose order tells them).
 #[derive(Debug, Clone, Copy)]
-pub enum CellCoordinates<'a> {
+enum CellCoordinates<'a> {
     Listed(&'a [i64], &'a [i64]),
     RowPieces(&'a [RowPiece]),
 }
 
-/// [`read_cells`], with the coordinates of a dense read's cells as pieces of rows, for
-/// writers that place a row's cells at once.
-pub fn read_cell_runs(
+/// Where a batch's cells go in a matrix: cell by cell, or in runs of a row's cells.
+#[derive(Clone, Copy)]
+pub enum Placed<'a> {
+    Cells(&'a CellPlaces),
+    Runs(&'a [RowRun]),
+}
+
+/// Reads a two-dimensional array's cells as [`read_cells`] does, and hands each batch to
+/// `visit` with their places in a matrix whose rows and columns are `axes`: in runs of a
+/// row's cells where a dense read's order tells pieces of rows and the columns are plain
+/// indices (obsm's), cell by cell otherwise.
+pub fn read_placed(
     array: &ArrayObject,
     rows: Option<&[(i64, i64)]>,
-    mut visit: impl FnMut(CellCoordinates, &ArrayRef) -> std::io::Result<()>,
+    (row_axis, col_axis): (Axis, Axis),
+    mut visit: impl FnMut(Placed, &ArrayRef) -> std::io::Result<()>,
 ) -> Result<()> {
+    let (mut row_ids, mut col_ids, mut runs) = (Vec::new(), Vec::new(), Vec::new());
     read_matrix(array, rows, |batch, cells| {
-        visit(cells, batch.column(batch.num_columns() - 1))
+        let values = batch.column(batch.num_columns() - 1);
+        let (row_ids, col_ids) = match (cells, col_axis) {
+            (CellCoordinates::RowPieces(pieces), Axis::Indices(width)) => {
+                runs.clear();
+                runs.extend(row_runs(pieces, row_axis, width));
+                return visit(Placed::Runs(&runs), values);
+            }
+            (CellCoordinates::Listed(row_ids, col_ids), _) => (row_ids, col_ids),
+            (CellCoordinates::RowPieces(pieces), _) => {
+                row_ids.clear();
+                col_ids.clear();
+                RowPiece::coordinates(pieces, &mut row_ids, &mut col_ids);
+                (&row_ids[..], &col_ids[..])
+            }
+        };
+        let places = CellPlaces::of((&row_axis, &col_axis), row_ids, col_ids);
+        visit(Placed::Cells(&places), values)
+    })
+}
+
+/// Cells of a row of a matrix that come together in a batch: `cells` values from
+/// `values_at` on go to row `row`, from column `col` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowRun {
+    pub row: usize,
+    pub col: usize,
+    pub values_at: usize,
+    pub cells: usize,
+}
+
+/// Where pieces of rows go in a matrix whose rows are `rows` and whose columns are the
+/// indices below `width`: the cells the matrix holds (as [`CellPlaces`] keeps them), a run
+/// of each piece, at its values' place in the batch.
+fn row_runs<'a>(
+    pieces: &'a [RowPiece],
+    rows: Axis<'a>,
+    width: usize,
+) -> impl Iterator<Item = RowRun> + 'a {
+    let mut values_at = 0;
+    pieces.iter().filter_map(move |piece| {
+        let at = values_at;
+        values_at += piece.cells;
+        // Columns below 0 and from `width` on are not the matrix's.
+        let skipped = usize::try_from(piece.first_col.min(0).unsigned_abs()).ok()?;
+        let col = usize::try_from(piece.first_col.max(0)).ok()?;
+        let cells = (piece.cells.saturating_sub(skipped)).min(width.saturating_sub(col));
+        let row = rows.at(piece.row)?;
+        (cells > 0).then_some(RowRun {
+            row,
+            col,
+            values_at: at + skipped,
+            cells,
+        })
     })
 }
 
@@ -1130,6 +1196,32 @@ pub fn matrix_width(array: &ArrayObject, rows: u64) -> Result<u64> {
 mod tests {
     use super::*;
     use crate::soma::fixtures::{group, MemoryStore};
+
+    #[test]
+    fn pieces_of_rows_go_where_the_matrix_holds_their_cells() {
+        // The matrix's rows are join ids 10, 11 and 20; its columns the indices below 3.
+        let positions = Positions::new(vec![10, 11, 20]);
+        let rows = Axis::Joinids(&positions);
+        let piece = |row, first_col, cells| RowPiece {
+            row,
+            first_col,
+            cells,
+        };
+        let run = |row, col, values_at, cells| RowRun {
+            row,
+            col,
+            values_at,
+            cells,
+        };
+        let pieces = [
+            piece(10, 1, 4),  // columns 1-4: 3 and 4 are not the matrix's
+            piece(12, 0, 5),  // a row the matrix does not hold
+            piece(20, -2, 4), // columns -2-1: -2 and -1 are not the matrix's
+            piece(11, 5, 2),  // beyond its columns
+        ];
+        let runs: Vec<RowRun> = row_runs(&pieces, rows, 3).collect();
+        assert_eq!(runs, [run(0, 1, 0, 2), run(2, 0, 11, 2)]);
+    }
 
     #[test]
     fn an_uns_collection_that_holds_its_own_holder_ends() {

@@ -16,7 +16,10 @@ use arrow_schema::DataType;
 
 use super::super::joinids::Positions;
 use super::super::object::ArrayObject;
-use super::{column_of, read_cells, read_frame_column, Along, AnnDataElements, Axis, FrameRows};
+use super::{
+    column_of, read_cells, read_frame_column, read_placed, Along, AnnDataElements, Axis, FrameRows,
+    Placed,
+};
 use super::{CellPlaces, MatrixColumns, MatrixElement};
 
 /// The rows of obs or var: their join ids in order, each at its place.
@@ -129,6 +132,21 @@ impl MatrixSource {
                 values,
             )
         })?;
+        Ok(())
+    }
+
+    /// [`Self::cells`], with a dense read's cells in runs of a row's cells where the
+    /// matrix's columns are plain indices (see [`read_placed`]).
+    pub fn placed(
+        &self,
+        rows: Range<usize>,
+        visit: impl FnMut(Placed, &ArrayRef) -> io::Result<()>,
+    ) -> io::Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let runs = self.rows.positions.runs_at(rows);
+        read_placed(&self.array, Some(&runs), self.axes(), visit)?;
         Ok(())
     }
 
