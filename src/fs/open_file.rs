@@ -295,6 +295,9 @@ impl Stream {
                     Err(_) if producer.lock().cancelled => Outcome::Stopped,
                     Err(e) => Outcome::Failed(e.to_string()),
                 });
+                // The task ends last, once the cache file of a generation that was not
+                // committed is gone.
+                drop(sink);
                 drop(task);
             })?;
         Ok(stream)
