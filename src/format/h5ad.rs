@@ -22,7 +22,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::*;
 use arrow_array::{
     Array, ArrayRef, ArrowPrimitiveType, BooleanArray, Int32Array, Int64Array, LargeStringArray,
-    RecordBatch,
+    PrimitiveArray, RecordBatch,
 };
 use arrow_schema::DataType;
 use hdf5::types::VarLenUnicode;
@@ -202,6 +202,17 @@ impl<T: H5Type + Clone> Appender<T> {
     }
 }
 
+/// `values` as an array of `A`; an error naming both types when it is of another.
+fn primitive<A: ArrowPrimitiveType>(values: &ArrayRef) -> io::Result<&PrimitiveArray<A>> {
+    values.as_primitive_opt::<A>().ok_or_else(|| {
+        io::Error::other(format!(
+            "expected {}, got {}",
+            A::DATA_TYPE,
+            values.data_type()
+        ))
+    })
+}
+
 /// Where an array's values go, piece by piece, as one element.
 trait Sink {
     fn append(&mut self, values: &ArrayRef) -> io::Result<()>;
@@ -219,13 +230,7 @@ where
     A::Native: H5Type,
 {
     fn append(&mut self, values: &ArrayRef) -> io::Result<()> {
-        let array = values.as_primitive_opt::<A>().ok_or_else(|| {
-            io::Error::other(format!(
-                "expected {}, got {}",
-                A::DATA_TYPE,
-                values.data_type()
-            ))
-        })?;
+        let array = primitive::<A>(values)?;
         match array.nulls().filter(|n| n.null_count() > 0) {
             None => self.values.push(array.values()),
             Some(nulls) => {
@@ -884,14 +889,7 @@ where
 
     /// `values` as this array's values.
     fn values_of(values: &ArrayRef) -> io::Result<&[A::Native]> {
-        let values = values.as_primitive_opt::<A>().ok_or_else(|| {
-            io::Error::other(format!(
-                "expected {}, got {}",
-                A::DATA_TYPE,
-                values.data_type()
-            ))
-        })?;
-        Ok(values.values().as_ref())
+        Ok(primitive::<A>(values)?.values().as_ref())
     }
 
     /// Writes the block held and starts the next.
