@@ -712,18 +712,10 @@ pub fn read_cells(
     rows: Option<&[(i64, i64)]>,
     mut visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
 ) -> Result<()> {
-    let (mut row_ids, mut col_ids) = (Vec::new(), Vec::new());
+    let mut written_out = (Vec::new(), Vec::new());
     read_matrix(array, rows, |batch, cells| {
-        let values = batch.column(batch.num_columns() - 1);
-        match cells {
-            CellCoordinates::Listed(row_ids, col_ids) => visit(row_ids, col_ids, values),
-            CellCoordinates::RowPieces(pieces) => {
-                row_ids.clear();
-                col_ids.clear();
-                RowPiece::coordinates(pieces, &mut row_ids, &mut col_ids);
-                visit(&row_ids, &col_ids, values)
-            }
-        }
+        let (row_ids, col_ids) = cells.listed(&mut written_out);
+        visit(row_ids, col_ids, batch.column(batch.num_columns() - 1))
     })
 }
 
@@ -733,6 +725,25 @@ pub fn read_cells(
 enum CellCoordinates<'a> {
     Listed(&'a [i64], &'a [i64]),
     RowPieces(&'a [RowPiece]),
+}
+
+impl<'a> CellCoordinates<'a> {
+    /// The cells' coordinates, listed: pieces of rows are written out into `written_out`.
+    fn listed<'s>(self, written_out: &'s mut (Vec<i64>, Vec<i64>)) -> (&'s [i64], &'s [i64])
+    where
+        'a: 's,
+    {
+        match self {
+            CellCoordinates::Listed(row_ids, col_ids) => (row_ids, col_ids),
+            CellCoordinates::RowPieces(pieces) => {
+                let (row_ids, col_ids) = written_out;
+                row_ids.clear();
+                col_ids.clear();
+                RowPiece::coordinates(pieces, row_ids, col_ids);
+                (row_ids, col_ids)
+            }
+        }
+    }
 }
 
 /// Where a batch's cells go in a matrix: cell by cell, or in runs of a row's cells.
@@ -752,23 +763,15 @@ pub fn read_placed(
     (row_axis, col_axis): (Axis, Axis),
     mut visit: impl FnMut(Placed, &ArrayRef) -> std::io::Result<()>,
 ) -> Result<()> {
-    let (mut row_ids, mut col_ids, mut runs) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut written_out, mut runs) = ((Vec::new(), Vec::new()), Vec::new());
     read_matrix(array, rows, |batch, cells| {
         let values = batch.column(batch.num_columns() - 1);
-        let (row_ids, col_ids) = match (cells, col_axis) {
-            (CellCoordinates::RowPieces(pieces), Axis::Indices(width)) => {
-                runs.clear();
-                runs.extend(row_runs(pieces, row_axis, width));
-                return visit(Placed::Runs(&runs), values);
-            }
-            (CellCoordinates::Listed(row_ids, col_ids), _) => (row_ids, col_ids),
-            (CellCoordinates::RowPieces(pieces), _) => {
-                row_ids.clear();
-                col_ids.clear();
-                RowPiece::coordinates(pieces, &mut row_ids, &mut col_ids);
-                (&row_ids[..], &col_ids[..])
-            }
-        };
+        if let (CellCoordinates::RowPieces(pieces), Axis::Indices(width)) = (cells, col_axis) {
+            runs.clear();
+            runs.extend(row_runs(pieces, row_axis, width));
+            return visit(Placed::Runs(&runs), values);
+        }
+        let (row_ids, col_ids) = cells.listed(&mut written_out);
         let places = CellPlaces::of((&row_axis, &col_axis), row_ids, col_ids);
         visit(Placed::Cells(&places), values)
     })
