@@ -2,13 +2,15 @@
 //!
 //! Data flows one way: a path names a node of the tree ([`fs`]), the node stands for a SOMA
 //! object ([`soma`]) opened through libtiledb ([`tiledb`]), and its files are rendered by
-//! [`format`]. `src/main.rs` is the command line that mounts it.
+//! [`format`]. A store on S3 is read through the daemon's own front ([`s3`]), which keeps
+//! what every open reads. `src/main.rs` is the command line that mounts it.
 
 pub mod budget;
 pub mod digest;
 pub mod fault;
 pub mod format;
 pub mod fs;
+pub mod s3;
 pub mod soma;
 pub mod sync;
 pub mod tiledb;

@@ -70,6 +70,10 @@ struct Cli {
     /// changes to the store show after this long.
     #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
     metadata_ttl: f64,
+    /// Let libtiledb send its requests to S3 itself, not through the daemon's front (which
+    /// fetches the small files of each open whole, at once, and keeps them across mounts).
+    #[arg(long)]
+    s3_direct: bool,
     /// The memory all readers hold at once, at most; more readers wait for memory.
     #[arg(long, default_value = "512M", value_parser = parse_size)]
     max_memory: u64,
@@ -347,10 +351,11 @@ fn mount(cli: &Cli) -> Result<(Arc<Tree>, fuser::BackgroundSession, Arc<AtomicBo
     let stop = stop_on_signals()?;
     let uri = absolute_uri(&cli.uri);
     let metadata_ttl = metadata_ttl(cli);
-    let store = open_store(cli, &uri, metadata_ttl)?;
+    let data = data_options(cli, metadata_ttl)?;
+    let settings = libtiledb_settings(cli, &uri, &data.cache);
+    let store = open_store(cli, &uri, &settings, metadata_ttl)?;
     prepare_mountpoint(&cli.mountpoint)?;
     let config = fuse_config(cli, &uri)?;
-    let data = data_options(cli, metadata_ttl)?;
     soma_mount::budget::set_limits(cli.max_memory, cli.max_generations.max(1));
     let tree = Tree::new(store, &uri, data);
     let fs = SomaFs::new(tree.clone());
@@ -381,11 +386,32 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
     Ok(stop)
 }
 
+/// libtiledb's settings: the user's (`--config`), and for a store on S3, those that send
+/// its requests through the daemon's front ([`soma_mount::s3`]), unless `--s3-direct` or the
+/// front cannot reach the store as libtiledb would (then the log says why).
+fn libtiledb_settings(cli: &Cli, uri: &str, cache: &Arc<ContentCache>) -> Vec<(String, String)> {
+    if !uri.starts_with("s3://") || cli.s3_direct {
+        return cli.config.clone();
+    }
+    match soma_mount::s3::Front::start(&cli.config, cache.clone()) {
+        Ok(front) => front.libtiledb_settings(&cli.config),
+        Err(why) => {
+            info!("libtiledb talks to S3 itself, without the daemon's front: {why}");
+            cli.config.clone()
+        }
+    }
+}
+
 /// The store, with the root opened once: a URI with no TileDB object fails here, before
 /// anything is mounted. The store keeps what it opened for the metadata TTL, so the first
 /// look into the root within it does not open the root again.
-fn open_store(cli: &Cli, uri: &str, metadata_ttl: Duration) -> Result<Store, String> {
-    let store = Store::new(uri, &cli.config, cli.timestamp, metadata_ttl)
+fn open_store(
+    cli: &Cli,
+    uri: &str,
+    settings: &[(String, String)],
+    metadata_ttl: Duration,
+) -> Result<Store, String> {
+    let store = Store::new(uri, settings, cli.timestamp, metadata_ttl)
         .map_err(|e| format!("bad libtiledb configuration: {e}"))?;
     store
         .open(uri, None)

@@ -326,6 +326,35 @@ impl ContentCache {
     }
 }
 
+/// The S3 front's objects (immutable files of the store, fetched whole) are entries of
+/// their own, within `--cache-size` like the rest, kept across mounts.
+impl crate::s3::ObjectsKept for ContentCache {
+    fn kept(&self, name: &str) -> Option<Vec<u8>> {
+        use std::io::Read;
+        let (mut file, size) = self.open_entry(&object_key(name))?;
+        let mut bytes = Vec::with_capacity(size as usize);
+        file.read_to_end(&mut bytes).ok()?;
+        (bytes.len() as u64 == size).then_some(bytes)
+    }
+
+    fn keep(&self, name: &str, bytes: &[u8]) {
+        use std::io::Write;
+        let kept = self
+            .begin(&object_key(name))
+            .and_then(|(pending, mut file)| {
+                file.write_all(bytes)?;
+                self.commit(pending, bytes.len() as u64)
+            });
+        if let Err(e) = kept {
+            debug!("cache: cannot keep {name}: {e}");
+        }
+    }
+}
+
+fn object_key(name: &str) -> CacheKey {
+    CacheKey::new(["object of the store", name])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,273 @@
+//! The daemon's own front for S3: libtiledb sends its requests for the store to a server
+//! on 127.0.0.1 inside the daemon, which sends them on to the store, signed with the user's
+//! keys, and answers the small immutable files libtiledb reads on every open (schemas,
+//! metadata, member lists, fragment metadata) from copies it fetched whole ([`objects`]):
+//! kept in the content cache, so that a second mount, or an object opened again after the
+//! metadata TTL, reads them from local disk. Listings are always the store's: they are what
+//! changes.
+//!
+//! It saves rounds of requests in two ways. A file libtiledb reads in pieces (a fragment's
+//! metadata: its size, its last 8 bytes, its footer, later its R-tree, each a request after
+//! the one before) is fetched once, whole. And as soon as a listing names such files (a
+//! `__schema/`, a `__meta/`, the fragments of `__fragments/`), they are fetched at once, all
+//! of them, before libtiledb asks for each.
+//!
+//! The front only reads: any request but a `GET` or `HEAD` is refused. Only libtiledb uses
+//! it: a request must be signed with a key made for this daemon ([`Front::libtiledb_settings`]).
+//! It stands in only where it reaches the store as libtiledb would: keys in `--config` or
+//! the environment, or an unsigned public bucket; otherwise (a profile, a role, a proxy, a
+//! CA file) libtiledb talks to the store itself.
+
+pub mod http;
+pub mod objects;
+pub mod sign;
+pub mod upstream;
+
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+
+use log::{debug, warn};
+
+use crate::sync::Pool;
+
+pub use objects::ObjectsKept;
+use objects::{Fetched, Objects};
+use upstream::Upstream;
+
+/// Objects fetched at once after a listing names them, at most.
+const READ_AHEAD_AT_ONCE: usize = 16;
+
+/// The front, serving on a port of 127.0.0.1 for as long as the daemon lives.
+pub struct Front {
+    port: u16,
+    key_id: String,
+}
+
+struct Shared {
+    upstream: Upstream,
+    objects: Objects,
+    read_ahead: Arc<Pool>,
+    /// The access key libtiledb signs with: a request signed with another is refused.
+    key_id: String,
+}
+
+impl Front {
+    /// Starts a front for the S3 store that `settings` (libtiledb's, from `--config`) and
+    /// the environment describe, keeping objects in `kept`; or says why it cannot stand in
+    /// for libtiledb.
+    pub fn start(
+        settings: &[(String, String)],
+        kept: Arc<dyn ObjectsKept>,
+    ) -> Result<Front, String> {
+        let upstream = Upstream::from_settings(settings, |name| std::env::var(name).ok())?;
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?
+            .port();
+        let key_id = format!("SOMAMOUNT{}", &blake3::hash(&random_bytes()).to_hex()[..24]);
+        let shared = Arc::new(Shared {
+            upstream,
+            objects: Objects::new(kept),
+            read_ahead: Pool::new("s3 read ahead", READ_AHEAD_AT_ONCE, Arc::default()),
+            key_id: key_id.clone(),
+        });
+        std::thread::Builder::new()
+            .name("s3 front".into())
+            .spawn(move || accept(listener, shared))
+            .map_err(|e| format!("cannot start a thread: {e}"))?;
+        Ok(Front { port, key_id })
+    }
+
+    /// libtiledb's settings to reach the store through the front: the user's, with where
+    /// the store is and how to sign for it replaced.
+    pub fn libtiledb_settings(&self, settings: &[(String, String)]) -> Vec<(String, String)> {
+        let replaced = [
+            (
+                "vfs.s3.endpoint_override",
+                format!("127.0.0.1:{}", self.port),
+            ),
+            ("vfs.s3.scheme", "http".to_owned()),
+            ("vfs.s3.use_virtual_addressing", "false".to_owned()),
+            ("vfs.s3.no_sign_request", "false".to_owned()),
+            ("vfs.s3.aws_access_key_id", self.key_id.clone()),
+            // The front checks the key, not the signature: a loopback peer cannot see it.
+            ("vfs.s3.aws_secret_access_key", "soma-mount".to_owned()),
+            ("vfs.s3.aws_session_token", String::new()),
+        ];
+        let mut settings: Vec<(String, String)> = settings
+            .iter()
+            .filter(|(key, _)| !replaced.iter().any(|(k, _)| k == key))
+            .cloned()
+            .collect();
+        settings.extend(replaced.map(|(k, v)| (k.to_owned(), v)));
+        settings
+    }
+}
+
+/// 32 bytes no other process can guess.
+fn random_bytes() -> [u8; 32] {
+    let mut bytes = [0u8; 32];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_err()
+    {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        bytes[..16].copy_from_slice(&now.as_nanos().to_le_bytes());
+        bytes[16..20].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    bytes
+}
+
+fn accept(listener: TcpListener, shared: Arc<Shared>) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let shared = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("s3 front conn".into())
+            .spawn(move || serve_connection(&shared, stream));
+        if let Err(e) = spawned {
+            warn!("s3 front: cannot start a thread for a connection: {e}");
+        }
+    }
+}
+
+/// Answers a connection's requests until the client closes it.
+fn serve_connection(shared: &Arc<Shared>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(read_half);
+    let mut writer = BufWriter::new(stream);
+    loop {
+        match http::read_request(&mut reader) {
+            Ok(Some(request)) => {
+                if let Err(e) = answer(shared, &request, &mut writer).and_then(|_| writer.flush()) {
+                    debug!("s3 front: {} {}: {e}", request.method, request.path);
+                    return;
+                }
+                if request.closes {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                let _ =
+                    http::write_error(&mut writer, "GET", 400, "InvalidRequest", &e.to_string());
+                let _ = writer.flush();
+                return;
+            }
+        }
+    }
+}
+
+/// Answers one request: from an object held whole, or from the store.
+fn answer(shared: &Arc<Shared>, request: &http::Request, out: &mut impl Write) -> io::Result<()> {
+    let method = request.method.as_str();
+    let signed_by_us = request
+        .header("authorization")
+        .is_some_and(|a| a.contains(&format!("Credential={}/", shared.key_id)));
+    if !signed_by_us {
+        return http::write_error(
+            out,
+            method,
+            403,
+            "AccessDenied",
+            "not signed by this daemon's libtiledb",
+        );
+    }
+    if method != "GET" && method != "HEAD" {
+        return http::write_error(
+            out,
+            method,
+            405,
+            "MethodNotAllowed",
+            "soma-mount only reads: it never writes to the store",
+        );
+    }
+    let path = request.path.trim_start_matches('/');
+    let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+    let range = request.header("range");
+    debug!("s3 front: {method} {bucket}/{key} {}", range.unwrap_or(""));
+    if objects::fetched_whole(key) {
+        match shared.objects.whole(&shared.upstream, bucket, key) {
+            Ok(Fetched::Whole(bytes)) => {
+                let (status, headers, body) = objects::answer_from(&bytes, range);
+                return http::write_answer(out, method, status, &headers, body);
+            }
+            Ok(Fetched::Refused {
+                status,
+                headers,
+                body,
+            }) => {
+                return http::write_answer(out, method, status, &headers, &body);
+            }
+            Ok(Fetched::TooLarge) => {}
+            Err(unanswered) => return unreachable_store(out, method, &unanswered.0),
+        }
+    }
+    let mut answer = match shared
+        .upstream
+        .send(method, bucket, key, &request.query, range)
+    {
+        Ok(answer) => answer,
+        Err(unanswered) => return unreachable_store(out, method, &unanswered.0),
+    };
+    let listing = method == "GET" && key.is_empty() && answer.status == 200;
+    match answer.length {
+        Some(length) if !listing => {
+            http::write_head(out, answer.status, &answer.headers, length)?;
+            if method == "GET" {
+                io::copy(&mut answer.body.take(length), out)?;
+            }
+            Ok(())
+        }
+        _ => {
+            let mut body = Vec::new();
+            answer.body.read_to_end(&mut body)?;
+            if listing {
+                read_ahead(
+                    shared,
+                    bucket,
+                    &body,
+                    request.param("encoding-type") == Some("url"),
+                );
+            }
+            http::write_answer(out, method, answer.status, &answer.headers, &body)
+        }
+    }
+}
+
+/// Fetches at once the objects a listing names that libtiledb reads next.
+fn read_ahead(shared: &Arc<Shared>, bucket: &str, listing: &[u8], url_encoded: bool) {
+    let text = String::from_utf8_lossy(listing);
+    for key in objects::read_after_listing(&text, url_encoded) {
+        if shared.objects.has(bucket, &key) {
+            continue;
+        }
+        let (shared, bucket) = (shared.clone(), bucket.to_owned());
+        shared.clone().read_ahead.run(move || {
+            if let Err(e) = shared.objects.whole(&shared.upstream, &bucket, &key) {
+                debug!("s3 front: reading {key} ahead: {}", e.0);
+            }
+        });
+    }
+}
+
+/// The answer when the store did not answer: a server error, which libtiledb retries, then
+/// reports with this message.
+fn unreachable_store(out: &mut impl Write, method: &str, why: &str) -> io::Result<()> {
+    warn!("s3 front: the store did not answer: {why}");
+    http::write_error(
+        out,
+        method,
+        503,
+        "ServiceUnavailable",
+        &format!("soma-mount could not reach the store: {why}"),
+    )
+}
