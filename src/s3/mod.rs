@@ -271,3 +271,101 @@ fn unreachable_store(out: &mut impl Write, method: &str, why: &str) -> io::Resul
         &format!("soma-mount could not reach the store: {why}"),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct KeepsNothing;
+
+    impl ObjectsKept for KeepsNothing {
+        fn kept(&self, _name: &str) -> Option<Vec<u8>> {
+            None
+        }
+        fn keep(&self, _name: &str, _bytes: &[u8]) {}
+    }
+
+    /// A front before a store nothing answers for (port 1 of 127.0.0.1).
+    fn front_before_nothing() -> Front {
+        let settings = [
+            ("vfs.s3.endpoint_override", "127.0.0.1:1"),
+            ("vfs.s3.scheme", "http"),
+            ("vfs.s3.no_sign_request", "true"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        Front::start(&settings, Arc::new(KeepsNothing)).unwrap()
+    }
+
+    /// The front's answer to `head` (a request without a body), on a connection of its own.
+    fn ask(front: &Front, head: &str) -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", front.port)).unwrap();
+        stream
+            .write_all(format!("{head}Connection: close\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    }
+
+    #[test]
+    fn only_reads_signed_with_the_daemons_key_are_served() {
+        let front = front_before_nothing();
+        let signed = format!(
+            "Authorization: AWS4-HMAC-SHA256 Credential={}/20260101/us-east-1/s3/aws4_request\r\n",
+            front.key_id
+        );
+        let unsigned = ask(&front, "GET /bucket/key HTTP/1.1\r\n");
+        assert!(unsigned.starts_with("HTTP/1.1 403"), "{unsigned}");
+        let other_key = ask(
+            &front,
+            "GET /bucket/key HTTP/1.1\r\nAuthorization: AWS4-HMAC-SHA256 Credential=AKIA/x\r\n",
+        );
+        assert!(other_key.starts_with("HTTP/1.1 403"), "{other_key}");
+        for method in ["PUT", "DELETE", "POST"] {
+            let write = ask(
+                &front,
+                &format!("{method} /bucket/key HTTP/1.1\r\n{signed}"),
+            );
+            assert!(write.starts_with("HTTP/1.1 405"), "{write}");
+            assert!(write.contains("never writes to the store"), "{write}");
+        }
+        let unreachable = ask(
+            &front,
+            &format!("GET /bucket/k/__meta/x HTTP/1.1\r\n{signed}"),
+        );
+        assert!(unreachable.starts_with("HTTP/1.1 503"), "{unreachable}");
+        assert!(
+            unreachable.contains("could not reach the store"),
+            "{unreachable}"
+        );
+    }
+
+    #[test]
+    fn libtiledb_is_sent_to_the_front_and_keeps_its_own_settings() {
+        let front = front_before_nothing();
+        let user = [
+            ("vfs.s3.endpoint_override", "example.com"),
+            ("vfs.s3.max_parallel_ops", "4"),
+            ("sm.tile_cache_size", "0"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let settings = front.libtiledb_settings(&user);
+        let get = |key: &str| {
+            let found: Vec<&str> = settings
+                .iter()
+                .filter(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+                .collect();
+            assert_eq!(found.len(), 1, "{key}: {found:?}");
+            found[0].to_owned()
+        };
+        assert_eq!(
+            get("vfs.s3.endpoint_override"),
+            format!("127.0.0.1:{}", front.port)
+        );
+        assert_eq!(get("vfs.s3.scheme"), "http");
+        assert_eq!(get("vfs.s3.aws_access_key_id"), front.key_id);
+        assert_eq!(get("vfs.s3.max_parallel_ops"), "4");
+        assert_eq!(get("sm.tile_cache_size"), "0");
+    }
+}

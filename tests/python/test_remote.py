@@ -325,6 +325,23 @@ def test_s3_matches_tiledbsoma_reading_s3(store, s3, s3_mounted, fixtures_dir):
     td.fail_if(problems, f"differences from tiledbsoma reading s3://{BUCKET}/{store}")
 
 
+@pytest.mark.timeout(300)
+def test_s3_direct_matches_tiledbsoma_reading_s3(s3, fixtures_dir):
+    """--s3-direct: libtiledb talks to the store itself, without the daemon's front; what is
+    served is the same."""
+    store = "pbmc"
+    ctx = soma_context(s3.tiledb_config())
+    nodes = {n.relpath: n for n in tt.walk_store(fixtures_dir, store)}
+    problems = []
+    with s3_mount(s3, store, "--s3-direct", label="--s3-direct mount") as mp:
+        for rel in S3_DIRECT[store]:
+            node = nodes[tuple(Path(rel).parts)]
+            with tiledbsoma.open(f"s3://{BUCKET}/{store}/{rel}", context=ctx) as obj:
+                check_soma_object(Path(mp) / rel, f"{store}/{rel}", obj, problems,
+                                  expected_md=somaref.expected_metadata(node))
+    td.fail_if(problems, "differences from tiledbsoma with --s3-direct")
+
+
 def test_s3_lone_array_mount(s3, fixtures_dir, mount):
     uri = f"s3://{BUCKET}/pbmc/obs"
     with mount(uri, *config_args(s3.tiledb_config())) as mp:
