@@ -60,23 +60,29 @@ const UNDERSTOOD: [&str; 11] = [
     "vfs.s3.verify_ssl",
 ];
 
-/// Settings that only tune libtiledb's own side, which the front leaves to it.
-const LIBTILEDB_SIDE: [&str; 8] = [
+/// Settings that only tune libtiledb's own side, or its writes, which the front leaves to it.
+const LIBTILEDB_SIDE: [&str; 13] = [
     "vfs.s3.max_parallel_ops",
     "vfs.s3.multipart_part_size",
+    "vfs.s3.use_multipart_upload",
     "vfs.s3.connect_max_tries",
     "vfs.s3.connect_scale_factor",
     "vfs.s3.logging_level",
-    "vfs.s3.requester_pays",
     "vfs.s3.skip_init",
     "vfs.s3.install_sigpipe_handler",
+    "vfs.s3.sse",
+    "vfs.s3.sse_kms_key_id",
+    "vfs.s3.storage_class",
+    "vfs.s3.object_canned_acl",
+    "vfs.s3.bucket_canned_acl",
 ];
 
 impl Upstream {
     /// The store as the settings (`--config`) and the environment (`AWS_ACCESS_KEY_ID`,
-    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`) describe it, or why the front cannot
-    /// reach it as libtiledb would. The region is libtiledb's: `vfs.s3.region`, by default
-    /// us-east-1 (libtiledb does not read `AWS_REGION`).
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_DEFAULT_REGION`)
+    /// describe it, or why the front cannot reach it as libtiledb would: where the keys or
+    /// the region would come from an AWS profile (`~/.aws/`), a role or instance metadata,
+    /// which libtiledb's AWS client reads itself.
     pub fn from_settings(
         settings: &[(String, String)],
         env: impl Fn(&str) -> Option<String>,
@@ -122,7 +128,20 @@ impl Upstream {
                 session_token: session_token.filter(|t| !t.is_empty()),
             })
         };
-        let region = setting("vfs.s3.region").unwrap_or_else(|| "us-east-1".to_owned());
+        let region = match setting("vfs.s3.region")
+            .or_else(|| env("AWS_REGION"))
+            .or_else(|| env("AWS_DEFAULT_REGION"))
+            .filter(|r| !r.is_empty())
+        {
+            Some(region) => region,
+            None if aws_config_file(&env).is_file() => {
+                return Err(format!(
+                    "no vfs.s3.region or AWS_REGION, and {} may name one",
+                    aws_config_file(&env).display()
+                ))
+            }
+            None => "us-east-1".to_owned(),
+        };
         let scheme = setting("vfs.s3.scheme").unwrap_or_else(|| "https".to_owned());
         if scheme != "http" && scheme != "https" {
             return Err(format!("vfs.s3.scheme is {scheme:?}"));
@@ -233,6 +252,15 @@ impl Upstream {
     }
 }
 
+/// The AWS configuration file, where a profile's region is: `AWS_CONFIG_FILE`, else
+/// `~/.aws/config`.
+fn aws_config_file(env: &impl Fn(&str) -> Option<String>) -> std::path::PathBuf {
+    env("AWS_CONFIG_FILE")
+        .or_else(|| env("HOME").map(|home| format!("{home}/.aws/config")))
+        .unwrap_or_default()
+        .into()
+}
+
 impl Answer {
     /// The value of header `name` (any case).
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -317,5 +345,33 @@ mod tests {
         assert!(
             Upstream::from_settings(&settings(&[("vfs.s3.max_parallel_ops", "4")]), keys).is_ok()
         );
+    }
+
+    #[test]
+    fn a_region_a_profile_may_name_leaves_libtiledb_to_itself() {
+        let home = std::env::temp_dir().join(format!("soma-mount-aws-{}", std::process::id()));
+        std::fs::create_dir_all(home.join(".aws")).unwrap();
+        std::fs::write(home.join(".aws/config"), "[default]\nregion = eu-west-1\n").unwrap();
+        let env = |name: &str| match name {
+            "HOME" => Some(home.display().to_string()),
+            "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => Some("k".to_owned()),
+            _ => None,
+        };
+        let refused = Upstream::from_settings(&[], env).err().unwrap();
+        assert!(refused.contains(".aws/config"), "{refused}");
+        let region = settings(&[("vfs.s3.region", "eu-west-1")]);
+        assert_eq!(
+            Upstream::from_settings(&region, env).unwrap().region,
+            "eu-west-1"
+        );
+        let env_region = |name: &str| match name {
+            "AWS_REGION" => Some("ap-south-1".to_owned()),
+            other => env(other),
+        };
+        assert_eq!(
+            Upstream::from_settings(&[], env_region).unwrap().region,
+            "ap-south-1"
+        );
+        std::fs::remove_dir_all(&home).unwrap();
     }
 }
