@@ -14,6 +14,7 @@ use log::{error, info, warn};
 use soma_mount::fs::{
     activity, describe_status, ContentCache, DataOptions, SomaFs, Tree, STATUS_NAME,
 };
+use soma_mount::s3::Front;
 use soma_mount::soma::Store;
 
 /// How often the log (`-v`) shows the generations that have run longer than
@@ -352,8 +353,8 @@ fn mount(cli: &Cli) -> Result<(Arc<Tree>, fuser::BackgroundSession, Arc<AtomicBo
     let uri = absolute_uri(&cli.uri);
     let metadata_ttl = metadata_ttl(cli);
     let data = data_options(cli, metadata_ttl)?;
-    let settings = libtiledb_settings(cli, &uri, &data.cache);
-    let store = open_store(cli, &uri, &settings, metadata_ttl)?;
+    let front = s3_front(cli, &uri, &data.cache);
+    let store = open_store(cli, &uri, front, metadata_ttl)?;
     prepare_mountpoint(&cli.mountpoint)?;
     let config = fuse_config(cli, &uri)?;
     soma_mount::budget::set_limits(cli.max_memory, cli.max_generations.max(1));
@@ -386,20 +387,16 @@ fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
     Ok(stop)
 }
 
-/// libtiledb's settings: the user's (`--config`), and for a store on S3, those that send
-/// its requests through the daemon's front ([`soma_mount::s3`]), unless `--s3-direct` or the
-/// front cannot reach the store as libtiledb would (then the log says why).
-fn libtiledb_settings(cli: &Cli, uri: &str, cache: &Arc<ContentCache>) -> Vec<(String, String)> {
+/// For a store on S3, the daemon's front that libtiledb's requests go through
+/// ([`soma_mount::s3`]), unless `--s3-direct` or the front cannot reach the store as
+/// libtiledb would (then the log says why).
+fn s3_front(cli: &Cli, uri: &str, cache: &Arc<ContentCache>) -> Option<Front> {
     if !uri.starts_with("s3://") || cli.s3_direct {
-        return cli.config.clone();
+        return None;
     }
-    match soma_mount::s3::Front::start(&cli.config, cache.clone()) {
-        Ok(front) => front.libtiledb_settings(&cli.config),
-        Err(why) => {
-            info!("libtiledb talks to S3 itself, without the daemon's front: {why}");
-            cli.config.clone()
-        }
-    }
+    Front::start(&cli.config, cache.clone())
+        .inspect_err(|why| info!("libtiledb talks to S3 itself, without the daemon's front: {why}"))
+        .ok()
 }
 
 /// The store, with the root opened once: a URI with no TileDB object fails here, before
@@ -408,10 +405,10 @@ fn libtiledb_settings(cli: &Cli, uri: &str, cache: &Arc<ContentCache>) -> Vec<(S
 fn open_store(
     cli: &Cli,
     uri: &str,
-    settings: &[(String, String)],
+    front: Option<Front>,
     metadata_ttl: Duration,
 ) -> Result<Store, String> {
-    let store = Store::new(uri, settings, cli.timestamp, metadata_ttl)
+    let store = Store::new(uri, &cli.config, front, cli.timestamp, metadata_ttl)
         .map_err(|e| format!("bad libtiledb configuration: {e}"))?;
     store
         .open(uri, None)

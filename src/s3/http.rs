@@ -187,7 +187,7 @@ pub fn write_error(
     write_answer(out, method, status, &headers, body.as_bytes())
 }
 
-fn xml_escape(text: &str) -> String {
+pub fn xml_escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -19,6 +19,7 @@
 //! CA file) libtiledb talks to the store itself.
 
 pub mod http;
+pub mod listings;
 pub mod objects;
 pub mod sign;
 pub mod upstream;
@@ -31,6 +32,7 @@ use log::{debug, warn};
 
 use crate::sync::Pool;
 
+use listings::{Listings, Snapshot};
 pub use objects::ObjectsKept;
 use objects::{Fetched, Objects};
 use upstream::Upstream;
@@ -42,11 +44,20 @@ const READ_AHEAD_AT_ONCE: usize = 16;
 pub struct Front {
     port: u16,
     key_id: String,
+    shared: Arc<Shared>,
+}
+
+/// What is about to be opened ([`Front::opening`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opening {
+    Array,
+    Group,
 }
 
 struct Shared {
     upstream: Upstream,
     objects: Objects,
+    listings: Listings,
     read_ahead: Arc<Pool>,
     /// The access key libtiledb signs with: a request signed with another is refused.
     key_id: String,
@@ -71,14 +82,48 @@ impl Front {
         let shared = Arc::new(Shared {
             upstream,
             objects: Objects::new(kept),
+            listings: Listings::default(),
             read_ahead: Pool::new("s3 read ahead", READ_AHEAD_AT_ONCE, Arc::default()),
             key_id: key_id.clone(),
         });
+        let serving = shared.clone();
         std::thread::Builder::new()
             .name("s3 front".into())
-            .spawn(move || accept(listener, shared))
+            .spawn(move || accept(listener, serving))
             .map_err(|e| format!("cannot start a thread: {e}"))?;
-        Ok(Front { port, key_id })
+        Ok(Front {
+            port,
+            key_id,
+            shared,
+        })
+    }
+
+    /// Tells the front that the object at `uri` is about to be opened: it lists at once,
+    /// in one request, everything the open's listings cover ([`listings`]), and answers
+    /// them from that; the small files it names are fetched meanwhile.
+    pub fn opening(&self, uri: &str, object: Opening) {
+        let Some((bucket, key)) = uri
+            .strip_prefix("s3://")
+            .and_then(|rest| rest.split_once('/'))
+        else {
+            return;
+        };
+        let dir = key.trim_end_matches('/');
+        if dir.is_empty() {
+            return;
+        }
+        let scope = match object {
+            Opening::Array => format!("{dir}/"),
+            Opening::Group => format!("{dir}/__"),
+        };
+        let taking = self.shared.listings.begin(bucket, &scope);
+        let (shared, bucket) = (self.shared.clone(), bucket.to_owned());
+        let spawned = std::thread::Builder::new()
+            .name("s3 listing".into())
+            .spawn(move || taking.finish(list_everything(&shared, &bucket, &scope)));
+        if let Err(e) = spawned {
+            warn!("s3 front: cannot start a thread for a listing: {e}");
+        }
     }
 
     /// libtiledb's settings to reach the store through the front: the user's, with where
@@ -166,6 +211,23 @@ fn serve_connection(shared: &Arc<Shared>, stream: TcpStream) {
     }
 }
 
+/// Every key under `scope`, in one listing (`None` when the store gives more than a page,
+/// or no answer); the small files among them are fetched meanwhile.
+fn list_everything(shared: &Arc<Shared>, bucket: &str, scope: &str) -> Option<Snapshot> {
+    let query = [
+        ("list-type".to_owned(), "2".to_owned()),
+        ("prefix".to_owned(), scope.to_owned()),
+    ];
+    let mut answer = shared.upstream.send("GET", bucket, "", &query, None).ok()?;
+    let mut body = Vec::new();
+    answer.body.read_to_end(&mut body).ok()?;
+    if answer.status != 200 {
+        return None;
+    }
+    read_ahead(shared, bucket, &body, false);
+    Snapshot::from_listing(&String::from_utf8_lossy(&body))
+}
+
 /// Answers one request: from an object held whole, or from the store.
 fn answer(shared: &Arc<Shared>, request: &http::Request, out: &mut impl Write) -> io::Result<()> {
     let method = request.method.as_str();
@@ -209,6 +271,12 @@ fn answer(shared: &Arc<Shared>, request: &http::Request, out: &mut impl Write) -
             }
             Ok(Fetched::TooLarge) => {}
             Err(unanswered) => return unreachable_store(out, method, &unanswered.0),
+        }
+    }
+    if method == "GET" && key.is_empty() {
+        if let Some(xml) = shared.listings.answer(bucket, &request.query) {
+            let headers = [("Content-Type".to_owned(), "application/xml".to_owned())];
+            return http::write_answer(out, method, 200, &headers, xml.as_bytes());
         }
     }
     let mut answer = match shared

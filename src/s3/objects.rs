@@ -261,8 +261,10 @@ fn byte_range(range: &str, length: u64) -> Option<(u64, u64)> {
 }
 
 /// The objects that a listing's answer (ListObjectsV2's XML) names and that libtiledb reads
-/// next: the small files among its keys ([`fetched_whole`]), and for each fragment among
-/// its common prefixes, the fragment's metadata.
+/// next: the small files among its keys ([`fetched_whole`]), and the metadata of each
+/// fragment it names: a fragment's directory among its common prefixes (a listing of
+/// `__fragments/`), or a fragment's commit (`__commits/<fragment>.wrt`, which libtiledb
+/// lists to find an array's fragments).
 pub fn read_after_listing(xml: &str, url_encoded: bool) -> Vec<String> {
     let decode = |text: &str| {
         let text = xml_unescape(text);
@@ -276,6 +278,13 @@ pub fn read_after_listing(xml: &str, url_encoded: bool) -> Vec<String> {
     for key in elements(xml, "Key").map(decode) {
         if fetched_whole(&key) {
             next.push(key);
+        } else if let Some((commits, fragment)) = key
+            .strip_suffix(".wrt")
+            .and_then(|commit| commit.rsplit_once("/__commits/"))
+        {
+            next.push(format!(
+                "{commits}/__fragments/{fragment}/__fragment_metadata.tdb"
+            ));
         }
     }
     for prefix in elements(xml, "Prefix").map(decode) {
@@ -288,7 +297,7 @@ pub fn read_after_listing(xml: &str, url_encoded: bool) -> Vec<String> {
 }
 
 /// The texts of the elements named `tag` (none nested in another of its name).
-fn elements<'a>(xml: &'a str, tag: &str) -> impl Iterator<Item = &'a str> + 'a {
+pub fn elements<'a>(xml: &'a str, tag: &str) -> impl Iterator<Item = &'a str> + 'a {
     let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
     let mut rest = xml;
     std::iter::from_fn(move || {
@@ -300,7 +309,7 @@ fn elements<'a>(xml: &'a str, tag: &str) -> impl Iterator<Item = &'a str> + 'a {
     })
 }
 
-fn xml_unescape(text: &str) -> String {
+pub fn xml_unescape(text: &str) -> String {
     text.replace("&lt;", "<")
         .replace("&gt;", ">")
         .replace("&quot;", "\"")
@@ -388,6 +397,12 @@ mod tests {
                 "s/X/__schema/__1_1_a&b",
                 "s/X/__fragments/__1_1_c_22/__fragment_metadata.tdb"
             ]
+        );
+        let commits = "<Contents><Key>s/X/__commits/__1_1_c_22.wrt</Key></Contents>\
+            <Contents><Key>s/X/__commits/__1_2_d_22.vac</Key></Contents>";
+        assert_eq!(
+            read_after_listing(commits, false),
+            ["s/X/__fragments/__1_1_c_22/__fragment_metadata.tdb"]
         );
         let encoded = "<Key>s/X/__meta/__1_1_a%2Bb</Key>";
         assert_eq!(read_after_listing(encoded, true), ["s/X/__meta/__1_1_a+b"]);

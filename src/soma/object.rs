@@ -5,6 +5,7 @@ use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::s3::{Front, Opening};
 use crate::sync::{at_once, Recover, SingleFlight};
 use crate::tiledb::{
     self, Array, Config, Context, Fragment, FragmentInfo, Group, Member, Metadata, ObjectType,
@@ -405,6 +406,9 @@ pub struct Store {
     /// members a round before its metadata, and a look by name into it can open the member
     /// it names meanwhile ([`Store::members`]); both are one open of the group.
     groups: OpenedLately<Arc<OpenGroup>>,
+    /// The daemon's S3 front, when libtiledb reads the store through it: told of each open
+    /// before libtiledb lists what it opens.
+    front: Option<Front>,
 }
 
 /// The libtiledb settings soma-mount always uses: var-sized buffers come out as Arrow large
@@ -467,11 +471,13 @@ pub fn on_local_disk(uri: &str) -> bool {
 
 impl Store {
     /// A store of the objects under `root_uri`, with the user's libtiledb settings on top of
-    /// soma-mount's own (a wider compute pool when `root_uri` is not on local disk). An object
-    /// opened again within `reuse_for` (the metadata TTL) is the snapshot opened first.
+    /// soma-mount's own (a wider compute pool when `root_uri` is not on local disk), read
+    /// through `front` when there is one. An object opened again within `reuse_for` (the
+    /// metadata TTL) is the snapshot opened first.
     pub fn new(
         root_uri: &str,
         settings: &[(String, String)],
+        front: Option<Front>,
         timestamp_ms: Option<u64>,
         reuse_for: Duration,
     ) -> tiledb::Result<Self> {
@@ -484,7 +490,11 @@ impl Store {
             let threads = COMPUTE_THREADS_PER_CORE_ON_OBJECT_STORAGE * cores;
             config.set("sm.compute_concurrency_level", &threads.to_string())?;
         }
-        for (key, value) in settings {
+        let settings = match &front {
+            Some(front) => front.libtiledb_settings(settings),
+            None => settings.to_vec(),
+        };
+        for (key, value) in &settings {
             config.set(key, value)?;
         }
         let ctx = Context::new(&config)?;
@@ -493,6 +503,7 @@ impl Store {
             timestamp_ms,
             objects: OpenedLately::new(reuse_for),
             groups: OpenedLately::new(reuse_for),
+            front,
         })
     }
 
@@ -552,6 +563,9 @@ impl Store {
     /// The group at `uri` opened, with its members (shared, see [`Store::groups`]).
     fn open_group_members(&self, uri: &str) -> tiledb::Result<Arc<OpenGroup>> {
         self.groups.get(uri, || {
+            if let Some(front) = &self.front {
+                front.opening(uri, Opening::Group);
+            }
             let group = Group::open(&self.ctx, uri, self.timestamp_ms)?;
             let members = group.members()?;
             let group = Mutex::new(group);
@@ -573,6 +587,9 @@ impl Store {
     /// Opens the array at `uri`: its schema, metadata and enumerations, and the names of
     /// the fragments the open reads (their list is loaded when first needed).
     fn open_array(&self, uri: &str) -> tiledb::Result<ArrayObject> {
+        if let Some(front) = &self.front {
+            front.opening(uri, Opening::Array);
+        }
         let array = Array::open(&self.ctx, uri, self.timestamp_ms)?;
         let info = array.schema()?.info()?;
         let names = array.fragment_names()?.into_iter().collect();

@@ -108,6 +108,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # A connection beyond the listen backlog has its SYN dropped, and the client retries a
+    # second later; socketserver's default backlog of 5 did that to a client opening many
+    # connections at once. An object store accepts them.
+    request_queue_size = 128
 
     def __init__(self, addr, proxy: "LatencyProxy"):
         super().__init__(addr, _Handler)
