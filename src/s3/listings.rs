@@ -4,8 +4,10 @@
 //! about to be opened ([`super::Front::opening`]), the front sends one listing of everything
 //! those cover, and answers the open's listings from it: for an array, every key under its
 //! directory; for a group, every key under its directory that starts with `__` (its own
-//! files, not its members'), so its directory's listing, which names its members, is still
-//! the store's.
+//! files, not its members'). A group's open reads its directory's listing only for whether
+//! it holds `__tiledb_group.tdb` or `__group/` (libtiledb 2.30's `GroupDirectory::load`;
+//! its members come from the member files in `__group/`), so that listing is answered from
+//! the group's own entries too, without its members' directories.
 //!
 //! A listing taken this way answers only for [`SNAPSHOT_LIFE`]: it stands for the listings
 //! of the open it was taken for, which come at once. Where it cannot answer exactly (more
@@ -85,7 +87,7 @@ impl Listings {
                 .iter()
                 .filter(|((b, scope), f)| {
                     b == bucket
-                        && prefix.starts_with(scope.as_str())
+                        && covers(scope, prefix, delimiter.is_some())
                         && f.started.elapsed() < SNAPSHOT_LIFE
                 })
                 .max_by_key(|((_, scope), _)| scope.len())
@@ -122,6 +124,12 @@ impl Drop for Taking {
     fn drop(&mut self) {
         self.settle(None);
     }
+}
+
+/// Whether a listing taken of `scope` answers a listing of `prefix`: one under it, or, for
+/// a group's own entries (`<group>/__`), the group directory's listing with a delimiter.
+fn covers(scope: &str, prefix: &str, delimited: bool) -> bool {
+    prefix.starts_with(scope) || (delimited && scope.strip_suffix("__") == Some(prefix))
 }
 
 impl Snapshot {
@@ -298,6 +306,43 @@ mod tests {
         assert!(listings
             .answer("other", &query(&[("list-type", "2"), ("prefix", "s/X/")]))
             .is_none());
+    }
+
+    #[test]
+    fn a_groups_directory_is_answered_from_its_own_entries() {
+        let listings = Listings::default();
+        listings.begin("b", "s/G/__").finish(Some(snapshot(&[
+            "s/G/__group/__1_1_g_2",
+            "s/G/__meta/__1_1_m",
+            "s/G/__tiledb_group.tdb",
+        ])));
+        let top = listings
+            .answer(
+                "b",
+                &query(&[("list-type", "2"), ("prefix", "s/G/"), ("delimiter", "/")]),
+            )
+            .unwrap();
+        assert!(top.contains("<Key>s/G/__tiledb_group.tdb</Key>"), "{top}");
+        assert!(top.contains("<Prefix>s/G/__group/</Prefix>"), "{top}");
+        let group = listings
+            .answer(
+                "b",
+                &query(&[
+                    ("list-type", "2"),
+                    ("prefix", "s/G/__group/"),
+                    ("delimiter", "/"),
+                ]),
+            )
+            .unwrap();
+        assert!(
+            group.contains("<Key>s/G/__group/__1_1_g_2</Key>"),
+            "{group}"
+        );
+        // Everything under the group (its members) is not in what was listed.
+        let everything = query(&[("list-type", "2"), ("prefix", "s/G/")]);
+        assert!(listings.answer("b", &everything).is_none());
+        let member = query(&[("list-type", "2"), ("prefix", "s/G/X/"), ("delimiter", "/")]);
+        assert!(listings.answer("b", &member).is_none());
     }
 
     #[test]

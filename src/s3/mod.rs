@@ -136,6 +136,9 @@ impl Front {
             ),
             ("vfs.s3.scheme", "http".to_owned()),
             ("vfs.s3.use_virtual_addressing", "false".to_owned()),
+            // Said, so that libtiledb's AWS client does not look for one (in instance
+            // metadata, among others).
+            ("vfs.s3.region", self.shared.upstream.region().to_owned()),
             ("vfs.s3.no_sign_request", "false".to_owned()),
             ("vfs.s3.aws_access_key_id", self.key_id.clone()),
             // The front checks the key, not the signature: a loopback peer cannot see it.
@@ -291,7 +294,15 @@ fn answer(shared: &Arc<Shared>, request: &http::Request, out: &mut impl Write) -
         Some(length) if !listing => {
             http::write_head(out, answer.status, &answer.headers, length)?;
             if method == "GET" {
-                io::copy(&mut answer.body.take(length), out)?;
+                let copied = io::copy(&mut answer.body.take(length), out)?;
+                if copied < length {
+                    // The client was promised `length` bytes: only closing the connection
+                    // tells it the answer is short.
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("the store sent {copied} of {length} bytes"),
+                    ));
+                }
             }
             Ok(())
         }
@@ -432,6 +443,7 @@ mod tests {
             format!("127.0.0.1:{}", front.port)
         );
         assert_eq!(get("vfs.s3.scheme"), "http");
+        assert_eq!(get("vfs.s3.region"), "us-east-1");
         assert_eq!(get("vfs.s3.aws_access_key_id"), front.key_id);
         assert_eq!(get("vfs.s3.max_parallel_ops"), "4");
         assert_eq!(get("sm.tile_cache_size"), "0");

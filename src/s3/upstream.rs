@@ -171,6 +171,11 @@ impl Upstream {
         })
     }
 
+    /// The region requests are signed for.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
     /// The host and path at which `key` of `bucket` (a decoded key, empty for the bucket
     /// itself) is asked for.
     fn address(&self, bucket: &str, key: &str) -> (String, String) {
