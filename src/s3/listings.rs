@@ -221,12 +221,7 @@ mod tests {
         .unwrap()
     }
 
-    fn query(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).into(), (*v).into()))
-            .collect()
-    }
+    use crate::s3::tests::owned_pairs as query;
 
     #[test]
     fn an_opens_listings_are_answered_from_one_listing_of_everything_under_it() {

@@ -352,8 +352,16 @@ fn unreachable_store(out: &mut impl Write, method: &str, why: &str) -> io::Resul
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Settings or query parameters, owned.
+    pub fn owned_pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
+    }
 
     struct KeepsNothing;
 
@@ -366,12 +374,11 @@ mod tests {
 
     /// A front before a store nothing answers for (port 1 of 127.0.0.1).
     fn front_before_nothing() -> Front {
-        let settings = [
+        let settings = owned_pairs(&[
             ("vfs.s3.endpoint_override", "127.0.0.1:1"),
             ("vfs.s3.scheme", "http"),
             ("vfs.s3.no_sign_request", "true"),
-        ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        ]);
         Front::start(&settings, Arc::new(KeepsNothing)).unwrap()
     }
 
@@ -422,12 +429,11 @@ mod tests {
     #[test]
     fn libtiledb_is_sent_to_the_front_and_keeps_its_own_settings() {
         let front = front_before_nothing();
-        let user = [
+        let user = owned_pairs(&[
             ("vfs.s3.endpoint_override", "example.com"),
             ("vfs.s3.max_parallel_ops", "4"),
             ("sm.tile_cache_size", "0"),
-        ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        ]);
         let settings = front.libtiledb_settings(&user);
         let get = |key: &str| {
             let found: Vec<&str> = settings

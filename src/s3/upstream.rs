@@ -269,10 +269,7 @@ fn aws_config_file(env: &impl Fn(&str) -> Option<String>) -> std::path::PathBuf 
 impl Answer {
     /// The value of header `name` (any case).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        super::http::header(&self.headers, name)
     }
 }
 
@@ -280,12 +277,7 @@ impl Answer {
 mod tests {
     use super::*;
 
-    fn settings(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).into(), (*v).into()))
-            .collect()
-    }
+    use crate::s3::tests::owned_pairs as settings;
 
     #[test]
     fn a_store_is_addressed_as_libtiledb_addresses_it() {
