@@ -24,6 +24,14 @@ pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str
         .map(|(_, v)| v.as_str())
 }
 
+/// The value of query parameter `name` among `query`.
+pub fn param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    query
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
 impl Request {
     /// The value of header `name` (any case).
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -32,10 +40,7 @@ impl Request {
 
     /// The query parameter `name`'s value.
     pub fn param(&self, name: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        param(&self.query, name)
     }
 }
 
@@ -122,23 +127,32 @@ fn split_target(target: &str) -> io::Result<(String, Vec<(String, String)>)> {
 
 /// Percent-decoding (a `+` is itself, as S3 reads paths).
 fn decode(text: &str) -> io::Result<String> {
+    percent_decode(text, false).ok_or_else(|| bad("a malformed percent-encoding, or not UTF-8"))
+}
+
+/// Percent-decoded `text` (a `+` a space where `plus_is_space`, as in S3's URL-encoded
+/// listings); `None` where it is malformed or not UTF-8.
+pub fn percent_decode(text: &str, plus_is_space: bool) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| bad("a malformed percent-encoding"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
+        match bytes[i] {
+            b'%' => {
+                out.push(u8::from_str_radix(text.get(i + 1..i + 3)?, 16).ok()?);
+                i += 3;
+            }
+            b'+' if plus_is_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            byte => {
+                out.push(byte);
+                i += 1;
+            }
         }
     }
-    String::from_utf8(out).map_err(|_| bad("a path not in UTF-8"))
+    String::from_utf8(out).ok()
 }
 
 fn bad(what: &str) -> io::Error {

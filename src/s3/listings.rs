@@ -64,12 +64,7 @@ impl Listings {
     /// listing taken for an open lately that covers it, waiting for one under way; `None`
     /// where there is none, or it cannot answer exactly.
     pub fn answer(&self, bucket: &str, query: &[(String, String)]) -> Option<String> {
-        let param = |name: &str| {
-            query
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.as_str())
-        };
+        let param = |name: &str| super::http::param(query, name);
         let followed = ["list-type", "prefix", "delimiter", "max-keys"];
         if param("list-type") != Some("2")
             || query.iter().any(|(n, _)| !followed.contains(&n.as_str()))

@@ -269,7 +269,7 @@ pub fn read_after_listing(xml: &str, url_encoded: bool) -> Vec<String> {
     let decode = |text: &str| {
         let text = xml_unescape(text);
         if url_encoded {
-            percent_decode(&text).unwrap_or(text)
+            super::http::percent_decode(&text, true).unwrap_or(text)
         } else {
             text
         }
@@ -315,29 +315,6 @@ pub fn xml_unescape(text: &str) -> String {
         .replace("&quot;", "\"")
         .replace("&apos;", "'")
         .replace("&amp;", "&")
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                out.push(u8::from_str_radix(text.get(i + 1..i + 3)?, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            byte => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]
