@@ -772,29 +772,71 @@ impl CsrWriter {
     }
 }
 
-/// A dense two-dimensional array being written from its cells, sorted by row (rows never
-/// go back), a block of rows at a time; cells never given are 0.
-pub struct DenseWriter {
-    blocks: Box<dyn Cells>,
+/// A dense two-dimensional array's dataset, its file space taken whole when it is created.
+/// Its cells are written later ([`DenseArray::writer`]), from any thread: those writes
+/// allocate nothing, so they may go on beside other writes to the file without changing
+/// where anything lands in it (the file comes out the same byte for byte).
+pub struct DenseArray {
+    dataset: Dataset,
+    shape: [usize; 2],
+    data_type: DataType,
 }
 
-/// Bytes a dense writer's block of rows holds (at least one row).
-const DENSE_BLOCK_BYTES: usize = 8 << 20;
-
-impl DenseWriter {
-    /// A `shape` array at `parent/name` whose values are of `data_type` (a number type).
+impl DenseArray {
+    /// A `shape` array at `parent/name` whose values are of `data_type` (a number type),
+    /// marked as an array.
     pub fn create(
         parent: &Group,
         name: &str,
         shape: [usize; 2],
         data_type: &DataType,
-    ) -> io::Result<DenseWriter> {
-        macro_rules! blocks {
-            ($arrow:ty) => {
-                Box::new(Blocks::<$arrow>::create(parent, name, shape)?) as Box<dyn Cells>
+    ) -> io::Result<DenseArray> {
+        macro_rules! create {
+            ($native:ty) => {
+                parent.new_dataset::<$native>()
             };
         }
-        let blocks = match data_type {
+        let builder = match data_type {
+            DataType::Int8 => create!(i8),
+            DataType::Int16 => create!(i16),
+            DataType::Int32 => create!(i32),
+            DataType::Int64 => create!(i64),
+            DataType::UInt8 => create!(u8),
+            DataType::UInt16 => create!(u16),
+            DataType::UInt32 => create!(u32),
+            DataType::UInt64 => create!(u64),
+            DataType::Float32 => create!(f32),
+            DataType::Float64 => create!(f64),
+            other => {
+                return Err(io::Error::other(format!(
+                    "{name}: a dense array of {other} cannot be written"
+                )))
+            }
+        };
+        // Every cell is written (the writer fills what it is not given with 0), so nothing
+        // is filled in when the space is taken.
+        let dataset = builder
+            .alloc_time(Some(hdf5::dataset::AllocTime::Early))
+            .fill_time(hdf5::dataset::FillTime::Never)
+            .shape(shape)
+            .create(name)
+            .map_err(h5_error)?;
+        mark(&dataset, Encoding::Array)?;
+        Ok(DenseArray {
+            dataset,
+            shape,
+            data_type: data_type.clone(),
+        })
+    }
+
+    /// A writer of the array's cells.
+    pub fn writer(&self) -> DenseWriter {
+        macro_rules! blocks {
+            ($arrow:ty) => {
+                Box::new(Blocks::<$arrow>::of(self.dataset.clone(), self.shape)) as Box<dyn Cells>
+            };
+        }
+        let blocks = match self.data_type {
             DataType::Int8 => blocks!(Int8Type),
             DataType::Int16 => blocks!(Int16Type),
             DataType::Int32 => blocks!(Int32Type),
@@ -804,16 +846,23 @@ impl DenseWriter {
             DataType::UInt32 => blocks!(UInt32Type),
             DataType::UInt64 => blocks!(UInt64Type),
             DataType::Float32 => blocks!(Float32Type),
-            DataType::Float64 => blocks!(Float64Type),
-            other => {
-                return Err(io::Error::other(format!(
-                    "{name}: a dense array of {other} cannot be written"
-                )))
-            }
+            // `create` made only arrays of the types above.
+            _ => blocks!(Float64Type),
         };
-        Ok(DenseWriter { blocks })
+        DenseWriter { blocks }
     }
+}
 
+/// The cells of a [`DenseArray`] being written, sorted by row (rows never go back), a block
+/// of rows at a time; cells never given are 0.
+pub struct DenseWriter {
+    blocks: Box<dyn Cells>,
+}
+
+/// Bytes a dense writer's block of rows holds (at least one row).
+const DENSE_BLOCK_BYTES: usize = 8 << 20;
+
+impl DenseWriter {
     /// Sets the cells (`rows[i]`, `cols[i]`) to `values[i]`.
     pub fn put(&mut self, rows: &[usize], cols: &[usize], values: &ArrayRef) -> io::Result<()> {
         self.blocks.put(rows, cols, values)
@@ -824,13 +873,13 @@ impl DenseWriter {
         self.blocks.put_row(row, col, values)
     }
 
-    /// Writes the rest of the rows and marks the array.
+    /// Writes the rest of the rows.
     pub fn finish(self) -> io::Result<()> {
         self.blocks.finish()
     }
 }
 
-trait Cells {
+trait Cells: Send {
     fn put(&mut self, rows: &[usize], cols: &[usize], values: &ArrayRef) -> io::Result<()>;
     fn put_row(&mut self, row: usize, col: usize, values: &ArrayRef) -> io::Result<()>;
     fn finish(self: Box<Self>) -> io::Result<()>;
@@ -842,6 +891,7 @@ struct Blocks<A: ArrowPrimitiveType> {
     block_rows: usize,
     /// The first row of the block held.
     start: usize,
+    /// The block's cells, made at the first put.
     block: Vec<A::Native>,
 }
 
@@ -849,21 +899,16 @@ impl<A: ArrowPrimitiveType> Blocks<A>
 where
     A::Native: H5Type,
 {
-    fn create(parent: &Group, name: &str, shape: [usize; 2]) -> io::Result<Self> {
-        let dataset = parent
-            .new_dataset::<A::Native>()
-            .shape(shape)
-            .create(name)
-            .map_err(h5_error)?;
+    fn of(dataset: Dataset, shape: [usize; 2]) -> Self {
         let row_bytes = (shape[1] * std::mem::size_of::<A::Native>()).max(1);
         let block_rows = (DENSE_BLOCK_BYTES / row_bytes).clamp(1, shape[0].max(1));
-        Ok(Blocks {
+        Blocks {
             dataset,
             shape,
             block_rows,
             start: 0,
-            block: vec![A::Native::default(); block_rows * shape[1]],
-        })
+            block: Vec::new(),
+        }
     }
 
     /// The block's offset of `row`, writing the blocks before it first; an error for a row
@@ -884,6 +929,9 @@ where
                 self.start
             )));
         }
+        if self.block.is_empty() {
+            self.block = vec![A::Native::default(); self.block_rows * self.shape[1]];
+        }
         Ok((row - self.start) * self.shape[1])
     }
 
@@ -892,9 +940,12 @@ where
         Ok(primitive::<A>(values)?.values().as_ref())
     }
 
-    /// Writes the block held and starts the next.
+    /// Writes the block held (zeros when no cell was put in it) and starts the next.
     fn write_block(&mut self) -> io::Result<()> {
         let rows = self.block_rows.min(self.shape[0] - self.start);
+        if self.block.is_empty() {
+            self.block = vec![A::Native::default(); self.block_rows * self.shape[1]];
+        }
         let cells = &self.block[..rows * self.shape[1]];
         let view =
             ArrayView2::from_shape((rows, self.shape[1]), cells).map_err(io::Error::other)?;
@@ -950,7 +1001,7 @@ where
         while self.start < self.shape[0] {
             self.write_block()?;
         }
-        mark(&self.dataset, Encoding::Array)
+        Ok(())
     }
 }
 
@@ -972,7 +1023,8 @@ mod tests {
     fn a_dense_array_takes_a_row_s_cells_at_once() {
         let path = temp_file("dense-rows");
         let file = H5ad::create(&path).unwrap();
-        let mut dense = DenseWriter::create(file.root(), "m", [3, 4], &DataType::Float32).unwrap();
+        let array = DenseArray::create(file.root(), "m", [3, 4], &DataType::Float32).unwrap();
+        let mut dense = array.writer();
         let values = |v: &[f32]| Arc::new(Float32Array::from(v.to_vec())) as ArrayRef;
         // Row 0 from column 1, then row 2 whole.
         dense.put_row(0, 1, &values(&[1.0, 2.0, 3.0])).unwrap();
@@ -1026,6 +1078,70 @@ mod tests {
         let data: Vec<f32> = x.dataset("data").unwrap().read_raw().unwrap();
         assert_eq!(data, [1.0, 2.0, 3.0, 4.0, 5.0]);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A file of a growing CSR matrix and a dense array made before it, the dense array's
+    /// rows written on another thread while the matrix grows (`beside`), or after it.
+    fn csr_and_dense(name: &str, beside: bool) -> Vec<u8> {
+        let path = temp_file(name);
+        let file = H5ad::create(&path).unwrap();
+        let (rows, width) = (3000, 100);
+        let dense =
+            DenseArray::create(file.root(), "obsm", [rows, width], &DataType::Float32).unwrap();
+        let fill_dense = || {
+            let mut writer = dense.writer();
+            for row in (0..rows).step_by(2) {
+                let values: Vec<f32> = (0..width).map(|c| (row * width + c) as f32).collect();
+                let values = Arc::new(Float32Array::from(values)) as ArrayRef;
+                writer.put_row(row, 0, &values).unwrap();
+            }
+            writer.finish().unwrap();
+        };
+        let fill_csr = || {
+            let mut csr =
+                CsrWriter::create(file.root(), "X", [rows, 50], &DataType::Float32, 64).unwrap();
+            for row in 0..rows {
+                let values = Arc::new(Float32Array::from(vec![row as f32; 10])) as ArrayRef;
+                let cols: Vec<usize> = (0..10).map(|c| c * 5).collect();
+                csr.append(&[row; 10], &cols, &values).unwrap();
+            }
+            csr.finish().unwrap();
+        };
+        if beside {
+            std::thread::scope(|scope| {
+                let dense_written = scope.spawn(fill_dense);
+                fill_csr();
+                dense_written.join().unwrap();
+            });
+        } else {
+            fill_csr();
+            fill_dense();
+        }
+        drop(dense);
+        file.close().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        bytes
+    }
+
+    #[test]
+    fn a_dense_array_written_beside_a_growing_matrix_leaves_the_file_as_written_after_it() {
+        let after = csr_and_dense("after", false);
+        for i in 0..3 {
+            assert!(
+                csr_and_dense(&format!("beside-{i}"), true) == after,
+                "the file differs when the dense array is written beside the CSR matrix"
+            );
+        }
+        let file_path = temp_file("check");
+        std::fs::write(&file_path, &after).unwrap();
+        let file = File::open(&file_path).unwrap();
+        let obsm = file.dataset("obsm").unwrap();
+        assert_eq!(text_attr_of(&obsm, "encoding-type"), "array");
+        let cells: Vec<f32> = obsm.read_raw().unwrap();
+        assert_eq!(cells[2 * 100 + 7], (2 * 100 + 7) as f32);
+        assert_eq!(cells[100 + 7], 0.0, "odd rows were not given");
+        std::fs::remove_file(&file_path).unwrap();
     }
 
     #[test]
