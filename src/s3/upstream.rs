@@ -3,7 +3,12 @@
 //! libtiledb settings and environment the user gave, and requests sent there, signed.
 
 use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
 
 use super::sign::{self, Credentials};
 
@@ -44,9 +49,9 @@ const FRAMING: [&str; 6] = [
 ];
 
 /// libtiledb's settings the front reads to reach the store; any other `vfs.s3.` setting
-/// that changes how requests are sent or signed (a proxy, a role, a CA file) means the
-/// front cannot stand in for libtiledb, which then talks to the store itself.
-const UNDERSTOOD: [&str; 11] = [
+/// that changes how requests are sent or signed (a proxy, a role) means the front cannot
+/// stand in for libtiledb, which then talks to the store itself.
+const UNDERSTOOD: [&str; 13] = [
     "vfs.s3.endpoint_override",
     "vfs.s3.scheme",
     "vfs.s3.region",
@@ -58,6 +63,19 @@ const UNDERSTOOD: [&str; 11] = [
     "vfs.s3.connect_timeout_ms",
     "vfs.s3.request_timeout_ms",
     "vfs.s3.verify_ssl",
+    "vfs.s3.ca_file",
+    "vfs.s3.ca_path",
+];
+
+/// Where libtiledb 2.30 looks on Linux for the system's certificate authorities when no CA
+/// file or directory is set, in its order: the first that exists is the one it trusts.
+const SYSTEM_CA_FILES: [&str; 6] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/pki/tls/cacert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/cert.pem",
 ];
 
 /// Settings that only tune libtiledb's own side, or its writes, which the front leaves to it.
@@ -102,8 +120,10 @@ impl Upstream {
         }) {
             return Err(format!("{key} is set"));
         }
-        if setting("vfs.s3.verify_ssl").as_deref() == Some("false") {
-            return Err("vfs.s3.verify_ssl is false".into());
+        for key in ["vfs.s3.verify_ssl", "ssl.verify"] {
+            if setting(key).as_deref() == Some("false") {
+                return Err(format!("{key} is false"));
+            }
         }
         let truthy = |v: Option<String>| v.is_some_and(|v| v == "true" || v == "1");
         let credentials = if truthy(setting("vfs.s3.no_sign_request")) {
@@ -152,6 +172,7 @@ impl Upstream {
                 .map_or(Duration::from_millis(default), Duration::from_millis)
         };
         let agent = ureq::AgentBuilder::new()
+            .tls_config(tls_config(&setting)?)
             .timeout_connect(millis("vfs.s3.connect_timeout_ms", 10_800))
             // libtiledb's own request timeout bounds a request's wait for the front; the
             // front's wait for the store is bounded the same, at least a minute.
@@ -232,8 +253,9 @@ impl Upstream {
         }
         let response = match request.call() {
             Ok(response) | Err(ureq::Error::Status(_, response)) => response,
+            // The transport's error names the URL first.
             Err(ureq::Error::Transport(transport)) => {
-                return Err(Unanswered(format!("{method} {url}: {transport}")))
+                return Err(Unanswered(format!("{method} {transport}")))
             }
         };
         let headers = response
@@ -255,6 +277,53 @@ impl Upstream {
             body: Box::new(response.into_reader()),
         })
     }
+}
+
+/// TLS toward the store, trusting the certificate authorities libtiledb trusts:
+/// `vfs.s3.ca_file` (else `ssl.ca_file`) and the certificates in `vfs.s3.ca_path` (else
+/// `ssl.ca_path`); when neither is set, the system's CA file, the first of
+/// [`SYSTEM_CA_FILES`] there is; on a system without one, the Mozilla roots webpki-roots
+/// carries. A CA file or directory that holds no certificate it can read is an error (the
+/// front then stands aside, and libtiledb reports what it makes of it).
+fn tls_config(
+    setting: &impl Fn(&str) -> Option<String>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let ca_file = setting("vfs.s3.ca_file").or_else(|| setting("ssl.ca_file"));
+    let ca_path = setting("vfs.s3.ca_path").or_else(|| setting("ssl.ca_path"));
+    let mut roots = rustls::RootCertStore::empty();
+    let mut add = |path: &Path| -> Result<usize, String> {
+        let certs = CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(roots.add_parsable_certificates(certs).0)
+    };
+    if let Some(file) = &ca_file {
+        if add(Path::new(file))? == 0 {
+            return Err(format!("{file}: no certificate"));
+        }
+    }
+    if let Some(dir) = &ca_path {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("{dir}: {e}"))?;
+        // Files that are not certificates (an index, a README) are passed over.
+        let added: usize = (entries.flatten())
+            .map(|entry| add(&entry.path()).unwrap_or(0))
+            .sum();
+        if added == 0 {
+            return Err(format!("{dir}: no certificate"));
+        }
+    }
+    if ca_file.is_none() && ca_path.is_none() {
+        match SYSTEM_CA_FILES.iter().map(Path::new).find(|f| f.is_file()) {
+            Some(file) => {
+                add(file)?;
+            }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        }
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 /// The AWS configuration file, where a profile's region is: `AWS_CONFIG_FILE`, else
@@ -328,7 +397,10 @@ mod tests {
             &[("vfs.s3.proxy_host", "p")][..],
             &[("vfs.s3.aws_role_arn", "arn")],
             &[("vfs.s3.verify_ssl", "false")],
+            &[("ssl.verify", "false")],
             &[("vfs.s3.scheme", "ftp")],
+            &[("vfs.s3.ca_file", "/nonexistent/ca.pem")],
+            &[("ssl.ca_path", "/nonexistent")],
         ] {
             assert!(
                 Upstream::from_settings(&settings(pairs), keys).is_err(),
@@ -342,6 +414,14 @@ mod tests {
         assert!(
             Upstream::from_settings(&settings(&[("vfs.s3.max_parallel_ops", "4")]), keys).is_ok()
         );
+        // A CA directory holding no certificate.
+        let empty = std::env::temp_dir().join(format!("soma-mount-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        std::fs::write(empty.join("README"), "no certificate here").unwrap();
+        let ca_path = settings(&[("vfs.s3.ca_path", empty.to_str().unwrap())]);
+        let refused = Upstream::from_settings(&ca_path, keys).err().unwrap();
+        assert!(refused.contains("no certificate"), "{refused}");
+        std::fs::remove_dir_all(&empty).unwrap();
     }
 
     #[test]

@@ -14,15 +14,21 @@ as a real object store does. The record of requests is shared by those threads u
         ...                      # what is measured
         proxy.count(), proxy.rounds(), proxy.summary()
 
+With `tls` (an `ssl.SSLContext` for a server, see `tls_server_context`) the proxy speaks
+HTTPS to its clients, the way an object store does, and plain HTTP to the S3 server.
+
 Run alone: `python s3proxy.py UPSTREAM_PORT DELAY_MS [PORT]` serves until interrupted.
 """
 
 from __future__ import annotations
 
 import collections
+import datetime
 import http.client
+import ipaddress
 import http.server
 import socketserver
+import ssl
 import sys
 import threading
 import time
@@ -63,6 +69,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format, *args):  # noqa: A002 -- the base class's name
         pass
+
+    def setup(self) -> None:
+        # The TLS handshake happens here, on the connection's own thread.
+        tls = self.server.proxy.tls
+        if tls is not None:
+            self.request = tls.wrap_socket(self.request, server_side=True)
+        super().setup()
 
     def _forward(self) -> None:
         proxy = self.server.proxy
@@ -118,6 +131,12 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.proxy = proxy
         self._local = threading.local()
 
+    def handle_error(self, request, client_address) -> None:
+        # A client that does not trust the certificate hangs up in the handshake: that is
+        # the client's answer, not the proxy's failure.
+        if not isinstance(sys.exc_info()[1], ssl.SSLError):
+            super().handle_error(request, client_address)
+
     def upstream_connection(self) -> http.client.HTTPConnection:
         """This thread's connection to the S3 server (each client connection has a thread,
         and keeps one upstream connection alive as the client keeps its own)."""
@@ -139,9 +158,10 @@ class LatencyProxy:
     on 127.0.0.1:upstream_port after holding each request delay_ms. Always stop() it (it is
     also a context manager)."""
 
-    def __init__(self, upstream_port: int, delay_ms: float = 0, port: int = 0):
+    def __init__(self, upstream_port: int, delay_ms: float = 0, port: int = 0, tls: ssl.SSLContext | None = None):
         self.upstream_port = upstream_port
         self.delay_s = delay_ms / 1000.0
+        self.tls = tls
         self._lock = threading.Lock()
         self._requests: list[tuple[str, str]] = []
         # [sent, answered] of each request (time.monotonic()), answered None until it is.
@@ -217,6 +237,65 @@ class LatencyProxy:
     def summary(self) -> dict[str, int]:
         """Requests since the last reset by kind (LIST, GET, HEAD, ...)."""
         return dict(collections.Counter(kind_of(m, t) for m, t in self.requests()))
+
+
+def tls_server_context(directory) -> tuple[str, ssl.SSLContext]:
+    """A certificate authority made for the test and a server certificate it signs for
+    127.0.0.1 and localhost, written under `directory`: (the CA's PEM file, a server
+    context presenting that certificate)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    valid = (now - datetime.timedelta(hours=1), now + datetime.timedelta(days=1))
+
+    def certificate(subject: str, key, issuer: str, issuer_key, ca: bool):
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(valid[0])
+            .not_valid_after(valid[1])
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if ca:
+            builder = builder.add_extension(
+                x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                              content_commitment=False, key_encipherment=False, data_encipherment=False,
+                              key_agreement=False, encipher_only=False, decipher_only=False),
+                critical=True,
+            )
+        else:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([
+                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                    x509.DNSName("localhost"),
+                ]),
+                critical=False,
+            ).add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("soma-mount test CA", ca_key, "soma-mount test CA", ca_key, ca=True)
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server = certificate("localhost", server_key, "soma-mount test CA", ca_key, ca=False)
+    pem = serialization.Encoding.PEM
+    ca_file = f"{directory}/test-ca.pem"
+    chain_file = f"{directory}/server.pem"
+    key_file = f"{directory}/server-key.pem"
+    with open(ca_file, "wb") as f:
+        f.write(ca.public_bytes(pem))
+    with open(chain_file, "wb") as f:
+        f.write(server.public_bytes(pem))
+    with open(key_file, "wb") as f:
+        f.write(server_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(chain_file, key_file)
+    return ca_file, context
 
 
 def key_of(target: str) -> str:

@@ -47,6 +47,7 @@ import test_data as td
 import test_tree as tt
 from conftest import is_mounted, mount_guard, wait_until, within
 from dataref import Ref, RefCol
+from s3proxy import LatencyProxy, kind_of, tls_server_context
 from s3server import S3Server, config_args, soma_context
 from somaref import json_equal, load_json_strict
 
@@ -341,6 +342,63 @@ def test_s3_direct_matches_tiledbsoma_reading_s3(s3, fixtures_dir):
                 check_soma_object(Path(mp) / rel, f"{store}/{rel}", obj, problems,
                                   expected_md=somaref.expected_metadata(node))
     td.fail_if(problems, "differences from tiledbsoma with --s3-direct")
+
+
+@pytest.mark.timeout(300)
+def test_s3_over_https_trusts_the_ca_file_libtiledb_is_given(s3, fixtures_dir, tmp_path):
+    """A store behind HTTPS whose certificate a CA of the test's own signs, given as
+    vfs.s3.ca_file: the front reaches it over TLS (its one listing of an array without a
+    delimiter arrives there), and what it serves is what tiledbsoma reads. (tiledbsoma
+    reads the server itself, over HTTP: the TLS proxy runs in this process, and a
+    tiledbsoma read holding the interpreter would keep the proxy from answering it.)"""
+    store = "pbmc"
+    ca_file, context = tls_server_context(tmp_path)
+    ctx = soma_context(s3.tiledb_config())
+    with LatencyProxy(s3.port, tls=context) as proxy:
+        tls = {"vfs__s3__endpoint_override": proxy.endpoint, "vfs__s3__scheme": "https",
+               "vfs__s3__ca_file": ca_file}
+        nodes = {n.relpath: n for n in tt.walk_store(fixtures_dir, store)}
+        problems = []
+        with s3_mount(s3, store, tiledb=tls, label="mount over https") as mp:
+            proxy.reset()
+            for rel in S3_DIRECT[store]:
+                node = nodes[tuple(Path(rel).parts)]
+                with tiledbsoma.open(f"s3://{BUCKET}/{store}/{rel}", context=ctx) as obj:
+                    check_soma_object(Path(mp) / rel, f"{store}/{rel}", obj, problems,
+                                      expected_md=somaref.expected_metadata(node))
+            whole_listings = [
+                t for m, t in proxy.requests()
+                if kind_of(m, t) == "LIST" and "delimiter" not in urllib.parse.parse_qs(urllib.parse.urlsplit(t).query)
+            ]
+        td.fail_if(problems, "differences from tiledbsoma over https")
+        assert whole_listings, "no listing of the front's reached the store: the front stood aside"
+
+
+@pytest.mark.timeout(300)
+def test_s3_over_https_with_an_untrusted_certificate_fails_clearly(s3, tmp_path, soma_mount_bin):
+    """The same store, its CA not given: no file is served from it. The mount fails, or
+    reads fail with EIO, and the log names the certificate."""
+    _ca_file, context = tls_server_context(tmp_path)
+    log = tmp_path / "daemon.log"
+    with LatencyProxy(s3.port, tls=context) as proxy:
+        cfg = s3.tiledb_config(vfs__s3__endpoint_override=proxy.endpoint, vfs__s3__scheme="https",
+                               vfs__s3__connect_max_tries="1")
+        mp = tmp_path / "mnt"
+        mp.mkdir()
+        proc = subprocess.run(
+            [str(soma_mount_bin), f"s3://{BUCKET}/pbmc", str(mp), "--log-file", str(log), *config_args(cfg)],
+            capture_output=True, text=True, timeout=240,
+        )
+        try:
+            if proc.returncode == 0:
+                with pytest.raises(OSError) as failed:
+                    (mp / "metadata.json").read_bytes()
+                assert failed.value.errno == errno.EIO, failed.value
+        finally:
+            if is_mounted(mp):
+                subprocess.run(["umount", str(mp)], check=False)
+    said = proc.stderr + (log.read_text() if log.exists() else "")
+    assert re.search(r"certificate|UnknownIssuer", said, re.I), said[-2000:]
 
 
 def test_s3_lone_array_mount(s3, fixtures_dir, mount):
