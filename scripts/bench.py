@@ -15,7 +15,9 @@ runs in one warm interpreter, so both sides are warm; the sides take turns, and 
   `ms/RNA/X/data/data.csv` against tiledbsoma's `axis_query(...).X("data").tables()` then
   `pyarrow.csv.write_csv`, and `cat` of its `anndata/RNA.h5ad` against the query's
   `to_anndata` then `write_h5ad` (the mount's h5ad also holds obsm, which the query's
-  `to_anndata` cannot read dense: it does more);
+  `to_anndata` cannot read dense: it does more), and again against the same content made
+  in Python (`h5ad + obsm`: obsm's rows read from the dense array's span of the cells,
+  as a user would, before `write_h5ad`; no target);
 - the time `head -n 10 X/data/data.csv` takes to print its 10 lines;
 - `cat` of the middle chunk listed in `X/data/slices/csv/` against `cat` of all of X, as a
   share of the full read next to the chunk's share of the cells;
@@ -386,6 +388,27 @@ def query_h5ad(uri: str, out: Path) -> None:
             query.to_anndata(X_name="data").write_h5ad(out)
 
 
+def query_h5ad_same_content(uri: str, out: Path) -> None:
+    """The query's AnnData as the mount's h5ad holds it: with obsm, which the query's
+    `to_anndata` cannot read dense (it refuses a DenseNDArray), so its rows are read as a
+    user would, the dense array's span of the query's cells read whole and theirs taken
+    (cells past its rows are 0, as in the mount's file)."""
+    with tiledbsoma.Experiment.open(uri) as exp:
+        obs_query = tiledbsoma.AxisQuery(value_filter=QUERY)
+        with exp.axis_query("RNA", obs_query=obs_query) as query:
+            adata = query.to_anndata(X_name="data")
+            ids = query.obs_joinids().to_numpy()
+        for name, dense in exp.ms["RNA"].obsm.items():
+            rows, width = dense.shape
+            inside = ids[ids < rows]
+            matrix = np.zeros((len(ids), width), dtype=dense.schema.field("soma_data").type.to_pandas_dtype())
+            if len(inside):
+                span = dense.read((slice(int(inside.min()), int(inside.max())), slice(None))).to_numpy()
+                matrix[ids < rows] = span[inside - inside.min()]
+            adata.obsm[name] = matrix
+    adata.write_h5ad(out)
+
+
 def lazy_rows(store: Path, shift: int = 0) -> None:
     """read_lazy of a mounted AnnData Zarr store, then LAZY_ROWS (moved by `shift`) to
     memory."""
@@ -476,6 +499,8 @@ def main() -> int:
              (query_x_csv, (str(uri), scratch / "query.csv"))),
             ("query h5ad", uri, f"where/{QUERY}/anndata/RNA.h5ad", "ms/RNA/var/data.csv",
              (query_h5ad, (str(uri), scratch / "query.h5ad"))),
+            ("h5ad + obsm", uri, f"where/{QUERY}/anndata/RNA.h5ad", "ms/RNA/var/data.csv",
+             (query_h5ad_same_content, (str(uri), scratch / "query-obsm.h5ad"))),
         ]:
             t_ref = t_mount = float("inf")
             size = 0
