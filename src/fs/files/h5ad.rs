@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arrow_array::{Array as _, ArrayRef, RecordBatch};
@@ -220,16 +221,20 @@ impl H5adFile {
                 .map(|mapping| h5ad::mapping(root, mapping.name))
                 .collect::<io::Result<Vec<_>>>()?;
             let dense = DenseMatrices::create(e, &groups, axes)?;
+            let x_axes = axes(first, &first.x)?;
+            let x_failed = AtomicBool::new(false);
             std::thread::scope(|beside| {
-                let dense_written = beside.spawn(|| dense.write(only_along));
+                let dense_written = beside.spawn(|| dense.write(only_along, &x_failed));
                 let x_written = write_matrix(
                     root,
                     "X",
                     &first.x.array,
                     CellsOf::Read(only_along(&first.x)),
-                    axes(first, &first.x)?,
+                    x_axes,
                     first.x.layout,
                 );
+                // The file is lost: the dense matrices stop at their next batch.
+                x_failed.store(x_written.is_err(), Ordering::Relaxed);
                 let dense_written = dense_written
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -310,15 +315,18 @@ impl<'a> DenseMatrices<'a> {
     }
 
     /// Reads and writes every one, [`AT_ONCE`] at a time, those along obs in the rows
-    /// `only_along` gives (all when `None`).
+    /// `only_along` gives (all when `None`); once `given_up` is set, none goes on past its
+    /// next batch.
     fn write<'r>(
         &self,
         only_along: impl Fn(&MatrixElement) -> Option<&'r [(i64, i64)]> + Sync,
+        given_up: &AtomicBool,
     ) -> io::Result<()> {
         let write = |m: &DenseMatrix| {
             let cells = CellsOf::Read(only_along(m.element));
             let matrix = Matrix::Dense(m.array.writer());
-            fill_matrix(matrix, &m.value_type, &m.element.array, cells, m.axes)
+            let (value_type, array) = (&m.value_type, &m.element.array);
+            fill_matrix(matrix, value_type, array, cells, m.axes, Some(given_up))
         };
         map_at_once(&self.matrices, AT_ONCE, write)
             .into_iter()
@@ -515,19 +523,24 @@ fn write_matrix(
             expected,
         )?)
     };
-    fill_matrix(matrix, &value_type, array, cells, axes)
+    fill_matrix(matrix, &value_type, array, cells, axes, None)
 }
 
 /// Writes the cells of `array` into `matrix` (made for them by [`write_matrix`] or
-/// [`DenseMatrices::create`]) as values of `value_type`, placed along `axes`.
+/// [`DenseMatrices::create`]) as values of `value_type`, placed along `axes`; an error at
+/// the first batch after `given_up` is set.
 fn fill_matrix(
     mut matrix: Matrix,
     value_type: &DataType,
     array: &ArrayObject,
     cells: CellsOf,
     (rows, cols): (Axis, Axis),
+    given_up: Option<&AtomicBool>,
 ) -> io::Result<()> {
     let mut put = |placed: Placed, values: &ArrayRef| match (placed, &mut matrix) {
+        _ if given_up.is_some_and(|g| g.load(Ordering::Relaxed)) => {
+            Err(io::Error::other("the file's generation gave up"))
+        }
         (Placed::Runs(runs), Matrix::Dense(dense)) => {
             let values = anndata::values_as(values, value_type)?;
             for run in runs {
