@@ -355,10 +355,11 @@ type HeldCells = Vec<(Vec<i64>, Vec<i64>, ArrayRef)>;
 
 /// The small elements after X (the sparse matrices of `layers`, `obsp` and `varp`, and
 /// uns's arrays), read all at once on threads of their own while obs, var and X are
-/// written (the dense matrices are written beside X, [`DenseMatrices`]). Each read costs a few round trips to object storage, so read in turn they
-/// were most of a query's h5ad over S3. An element is read early when it is estimated at
-/// [`EARLY_READ_BYTES`] or less, as long as those chosen come to [`EARLY_READS_BYTES`] at
-/// most; the others are read when their turn comes, streamed as X is.
+/// written (the dense matrices are written beside X, [`DenseMatrices`]). Each read costs a
+/// few round trips to object storage, so read in turn they were most of a query's h5ad
+/// over S3. An element is read early when it is estimated at [`EARLY_READ_BYTES`] or
+/// less, as long as those chosen come to [`EARLY_READS_BYTES`] at most; the others are
+/// read when their turn comes, streamed as X is.
 ///
 /// What they hold is bounded by that, like the writer's own blocks, and not taken from the
 /// memory budget: their readers take their shares from it, and holding a share while the
