@@ -779,7 +779,8 @@ impl CsrWriter {
 pub struct DenseArray {
     dataset: Dataset,
     shape: [usize; 2],
-    data_type: DataType,
+    /// Its writer's blocks, of its value type.
+    blocks: fn(Dataset, [usize; 2]) -> Box<dyn Cells>,
 }
 
 impl DenseArray {
@@ -791,22 +792,25 @@ impl DenseArray {
         shape: [usize; 2],
         data_type: &DataType,
     ) -> io::Result<DenseArray> {
-        macro_rules! create {
-            ($native:ty) => {
-                parent.new_dataset::<$native>()
+        macro_rules! of {
+            ($arrow:ty) => {
+                (
+                    parent.new_dataset::<<$arrow as ArrowPrimitiveType>::Native>(),
+                    Blocks::<$arrow>::boxed as fn(Dataset, [usize; 2]) -> Box<dyn Cells>,
+                )
             };
         }
-        let builder = match data_type {
-            DataType::Int8 => create!(i8),
-            DataType::Int16 => create!(i16),
-            DataType::Int32 => create!(i32),
-            DataType::Int64 => create!(i64),
-            DataType::UInt8 => create!(u8),
-            DataType::UInt16 => create!(u16),
-            DataType::UInt32 => create!(u32),
-            DataType::UInt64 => create!(u64),
-            DataType::Float32 => create!(f32),
-            DataType::Float64 => create!(f64),
+        let (builder, blocks) = match data_type {
+            DataType::Int8 => of!(Int8Type),
+            DataType::Int16 => of!(Int16Type),
+            DataType::Int32 => of!(Int32Type),
+            DataType::Int64 => of!(Int64Type),
+            DataType::UInt8 => of!(UInt8Type),
+            DataType::UInt16 => of!(UInt16Type),
+            DataType::UInt32 => of!(UInt32Type),
+            DataType::UInt64 => of!(UInt64Type),
+            DataType::Float32 => of!(Float32Type),
+            DataType::Float64 => of!(Float64Type),
             other => {
                 return Err(io::Error::other(format!(
                     "{name}: a dense array of {other} cannot be written"
@@ -825,31 +829,15 @@ impl DenseArray {
         Ok(DenseArray {
             dataset,
             shape,
-            data_type: data_type.clone(),
+            blocks,
         })
     }
 
     /// A writer of the array's cells.
     pub fn writer(&self) -> DenseWriter {
-        macro_rules! blocks {
-            ($arrow:ty) => {
-                Box::new(Blocks::<$arrow>::of(self.dataset.clone(), self.shape)) as Box<dyn Cells>
-            };
+        DenseWriter {
+            blocks: (self.blocks)(self.dataset.clone(), self.shape),
         }
-        let blocks = match self.data_type {
-            DataType::Int8 => blocks!(Int8Type),
-            DataType::Int16 => blocks!(Int16Type),
-            DataType::Int32 => blocks!(Int32Type),
-            DataType::Int64 => blocks!(Int64Type),
-            DataType::UInt8 => blocks!(UInt8Type),
-            DataType::UInt16 => blocks!(UInt16Type),
-            DataType::UInt32 => blocks!(UInt32Type),
-            DataType::UInt64 => blocks!(UInt64Type),
-            DataType::Float32 => blocks!(Float32Type),
-            // `create` made only arrays of the types above.
-            _ => blocks!(Float64Type),
-        };
-        DenseWriter { blocks }
     }
 }
 
@@ -899,16 +887,19 @@ impl<A: ArrowPrimitiveType> Blocks<A>
 where
     A::Native: H5Type,
 {
-    fn of(dataset: Dataset, shape: [usize; 2]) -> Self {
+    fn boxed(dataset: Dataset, shape: [usize; 2]) -> Box<dyn Cells>
+    where
+        A: 'static,
+    {
         let row_bytes = (shape[1] * std::mem::size_of::<A::Native>()).max(1);
         let block_rows = (DENSE_BLOCK_BYTES / row_bytes).clamp(1, shape[0].max(1));
-        Blocks {
+        Box::new(Blocks::<A> {
             dataset,
             shape,
             block_rows,
             start: 0,
             block: Vec::new(),
-        }
+        })
     }
 
     /// The block's offset of `row`, writing the blocks before it first; an error for a row

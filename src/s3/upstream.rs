@@ -171,8 +171,11 @@ impl Upstream {
                 .and_then(|v| v.parse::<u64>().ok())
                 .map_or(Duration::from_millis(default), Duration::from_millis)
         };
-        let agent = ureq::AgentBuilder::new()
-            .tls_config(tls_config(&setting)?)
+        let mut agent = ureq::AgentBuilder::new();
+        if scheme == "https" {
+            agent = agent.tls_config(tls_config(&setting)?);
+        }
+        let agent = agent
             .timeout_connect(millis("vfs.s3.connect_timeout_ms", 10_800))
             // libtiledb's own request timeout bounds a request's wait for the front; the
             // front's wait for the store is bounded the same, at least a minute.
