@@ -446,22 +446,36 @@ const BASE_CONFIG: [(&str, &str); 7] = [
     ("sm.query.sparse_global_order.preprocess_tile_merge", "0"),
 ];
 
-/// Compute threads per core for a store on object storage (`sm.compute_concurrency_level`,
-/// one per core by default).
+/// The threads of libtiledb's compute pool (`sm.compute_concurrency_level`, one per core by
+/// default) for a store on local disk (`local`) or object storage, on `cores` cores.
 ///
-/// libtiledb loads an array's fragment metadata on its compute pool, and each fragment's
-/// load is three requests one after another (the size of its `__fragment_metadata.tdb`, its
-/// last 8 bytes, its footer), then one more when a query reads its R-tree: on 2 cores an X
-/// of 10 fragments took 20 rounds, two fragments at a time, before its first tile. A wider
-/// pool loads more fragments at once, but libtiledb's waits on its pools spin (a yield
-/// loop), so every thread more burns CPU while it waits: on 2 cores at 20 ms a request,
-/// `head -n 5` of that X took 0.78 s after the mount with 2 threads, 0.60 with 4, 0.54
-/// with 6, 0.51 with 8 and 0.48 with 16, while `ls -R` of pbmc (many opens at once, one
-/// fragment each) took 1.2 s, 1.4, 1.4, 1.7 and 1.9-2.9 s (the daemon's CPU: 0.5 s to
-/// 2-4 s). Three per core is most of the gain for little of the spin. On a local disk
-/// reads are CPU-bound and more threads only slow them (16 on 2 cores: X's CSV 1.15 s to
-/// 1.56), so local stores keep the default.
-const COMPUTE_THREADS_PER_CORE_ON_OBJECT_STORAGE: usize = 3;
+/// A thread that submits a query does the query's tasks itself while it waits for them
+/// (libtiledb's `wait_all` takes tasks from the pool's queue), and a wait that finds none
+/// spins in a yield loop. On local disk reads are CPU-bound, so a pool of one thread per
+/// core runs a thread more than there are cores for each reader and spins on it; one fewer
+/// than the cores keeps a reader's work on as many threads as cores. Measured on 2 cores
+/// (a pool of 1 against 2, ten fresh mounts each, in turns): the query's h5ad took 610 ms
+/// of the daemon's CPU against 680 (median time 406 ms against 429), the query's X as CSV
+/// 515 against 565 (358 ms against 368), X's CSV 1.47 s against 1.58 in the same time.
+/// More threads only slow a local read (16 on 2 cores: X's CSV 1.15 s to 1.56).
+///
+/// On object storage libtiledb loads an array's fragment metadata on the compute pool, and
+/// each fragment's load is three requests one after another (the size of its
+/// `__fragment_metadata.tdb`, its last 8 bytes, its footer), then one more when a query
+/// reads its R-tree: on 2 cores an X of 10 fragments took 20 rounds, two fragments at a
+/// time, before its first tile. A wider pool loads more fragments at once, for the spin of
+/// its waits: on 2 cores at 20 ms a request, `head -n 5` of that X took 0.78 s after the
+/// mount with 2 threads, 0.60 with 4, 0.54 with 6, 0.51 with 8 and 0.48 with 16, while
+/// `ls -R` of pbmc (many opens at once, one fragment each) took 1.2 s, 1.4, 1.4, 1.7 and
+/// 1.9-2.9 s (the daemon's CPU: 0.5 s to 2-4 s). Three per core is most of the gain for
+/// little of the spin.
+fn compute_threads(local: bool, cores: usize) -> usize {
+    if local {
+        cores.saturating_sub(1).max(1)
+    } else {
+        3 * cores
+    }
+}
 
 /// Whether `uri` names local disk: a path, or a `file://` URI (not object storage, not
 /// TileDB Cloud).
@@ -485,11 +499,9 @@ impl Store {
         for (key, value) in BASE_CONFIG {
             config.set(key, value)?;
         }
-        if !on_local_disk(root_uri) {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let threads = COMPUTE_THREADS_PER_CORE_ON_OBJECT_STORAGE * cores;
-            config.set("sm.compute_concurrency_level", &threads.to_string())?;
-        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = compute_threads(on_local_disk(root_uri), cores);
+        config.set("sm.compute_concurrency_level", &threads.to_string())?;
         let settings = match &front {
             Some(front) => front.libtiledb_settings(settings),
             None => settings.to_vec(),
