@@ -420,13 +420,15 @@ def lazy_rows(store: Path, shift: int = 0) -> None:
     assert rows.n_obs == LAZY_ROWS[1] - LAZY_ROWS[0] and rows.X.nnz > 0
 
 
-def query_rows(uri: str) -> None:
-    """The same rows through tiledbsoma's axis query, as an AnnData."""
-    coords = (slice(LAZY_ROWS[0], LAZY_ROWS[1] - 1),)
+def query_rows(uri: str, first: int | str = LAZY_ROWS[0], end: int | str = LAZY_ROWS[1]) -> None:
+    """The rows `first` to `end` (LAZY_ROWS) through tiledbsoma's axis query, as an AnnData
+    (the bounds may come as text, from `python_run`)."""
+    first, end = int(first), int(end)
+    coords = (slice(first, end - 1),)
     with tiledbsoma.Experiment.open(uri) as exp:
         with exp.axis_query("RNA", obs_query=tiledbsoma.AxisQuery(coords=coords)) as query:
             rows = query.to_anndata(X_name="data")
-    assert rows.n_obs == LAZY_ROWS[1] - LAZY_ROWS[0] and rows.X.nnz > 0
+    assert rows.n_obs == end - first and rows.X.nnz > 0
 
 
 def lazy_side_by_side(uri: Path) -> tuple[float, float, float, float]:

@@ -40,7 +40,7 @@ from bench import Mount, cat, python_run, timed
 SCALE_OBS, SCALE_VAR, SCALE_PER_CELL = 1_000_000, 4_000, 256
 SCALE_VERSION = "1"  # bump to rebuild
 CELLS_PER_PIECE = 50_000  # X is appended in pieces of this many cells (rows): 20 fragments
-QUERY = "n_genes < 680"  # about a tenth of the cells
+QUERY = bench.QUERY  # about a tenth of the cells
 LAZY_ROWS = (500_000, 500_100)
 CATEGORIES = {
     "cell_type": ["B", "T", "NK", "Mono", "DC", "Plasma", "pDC", "Platelet"],
@@ -136,20 +136,6 @@ def py_h5ad(uri: str, out: str) -> None:
         tiledbsoma.io.to_anndata(exp, measurement_name="RNA", X_layer_name="data").write_h5ad(out)
 
 
-def py_query_h5ad(uri: str, out: str) -> None:
-    with tiledbsoma.Experiment.open(uri) as exp:
-        with exp.axis_query("RNA", obs_query=tiledbsoma.AxisQuery(value_filter=QUERY)) as query:
-            query.to_anndata(X_name="data").write_h5ad(out)
-
-
-def py_rows(uri: str) -> None:
-    coords = (slice(LAZY_ROWS[0], LAZY_ROWS[1] - 1),)
-    with tiledbsoma.Experiment.open(uri) as exp:
-        with exp.axis_query("RNA", obs_query=tiledbsoma.AxisQuery(coords=coords)) as query:
-            rows = query.to_anndata(X_name="data")
-    assert rows.n_obs == LAZY_ROWS[1] - LAZY_ROWS[0] and rows.X.nnz > 0
-
-
 def lazy_rows(store: Path) -> None:
     import anndata
 
@@ -186,9 +172,9 @@ def main(argv: list[str]) -> int:
         (
             "query h5ad",
             lambda d: cat(d / "where" / QUERY / "anndata" / "RNA.h5ad"),
-            (py_query_h5ad, (uri, scratch / "q.h5ad")),
+            (bench.query_h5ad, (uri, scratch / "q.h5ad")),
         ),
-        ("lazy 100 rows", lambda d: lazy_rows(d / "anndata" / "RNA.zarr"), (py_rows, (uri,))),
+        ("lazy 100 rows", lambda d: lazy_rows(d / "anndata" / "RNA.zarr"), (bench.query_rows, (uri, *LAZY_ROWS))),
     ]
     results = []
     try:

@@ -19,6 +19,7 @@ use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::thread::{Scope, ScopedJoinHandle};
 
 use arrow_array::{Array as _, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
@@ -179,10 +180,10 @@ impl H5adFile {
         Ok(self.key_of(whole))
     }
 
-    /// Writes the AnnData to a new HDF5 file at `path`: obs and var, then X with every
-    /// dense matrix of the mappings beside it ([`DenseMatrices`]), then the sparse matrices
-    /// (the small ones read early, [`EarlyReads`]) and uns. The parts not open yet open
-    /// while obs and var are written.
+    /// Writes the AnnData to a new HDF5 file at `path`: obs and var (small ones read at
+    /// once, [`FrameRead`]), then X with every dense matrix of the mappings beside it
+    /// ([`DenseMatrices`]), then the sparse matrices (the small ones read early,
+    /// [`EarlyReads`]) and uns. The parts not open yet open while obs and var are written.
     fn write(&self, store: &dyn Objects, path: &Path) -> io::Result<()> {
         let first = &self.first;
         std::thread::scope(|scope| {
@@ -191,9 +192,11 @@ impl H5adFile {
                 Ok(e) => EarlyReads::choose(e).read_uns(),
                 Err(_) => ReadEarly::default(),
             });
+            let obs = FrameRead::start(scope, &first.obs);
+            let var = FrameRead::start(scope, &first.var);
             let file = H5ad::create(path)?;
             let root = file.root();
-            let cells = write_frame(root, "obs", &first.obs)?;
+            let cells = obs.write(root, "obs")?;
             // The selected cells' rows: all that is read of a matrix along obs.
             let only = first.obs.is_restricted().then(|| cells.joinids.runs());
             let only_along =
@@ -203,7 +206,7 @@ impl H5adFile {
                 Ok(e) => EarlyReads::choose(e).read_matrices(obs_rows.as_deref()),
                 Err(_) => ReadEarly::default(),
             });
-            let genes = write_frame(root, "var", &first.var)?;
+            let genes = var.write(root, "var")?;
             let axis = |along| match along {
                 Along::Obs => Axis::Joinids(&cells.joinids),
                 Along::Var => Axis::Joinids(&genes.joinids),
@@ -235,10 +238,7 @@ impl H5adFile {
                 );
                 // The file is lost: the dense matrices stop at their next batch.
                 x_failed.store(x_written.is_err(), Ordering::Relaxed);
-                let dense_written = dense_written
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                x_written.and(dense_written)
+                x_written.and(join_scoped(dense_written))
             })?;
             let mut matrices_read = join_reads(matrices_read);
             for (mapping, group) in e.mappings.iter().zip(&groups) {
@@ -343,7 +343,7 @@ fn experiment_of(obs: &Arc<ArrayObject>, m: &Arc<AnnDataMeasurement>) -> AnnData
 }
 
 /// What a thread of early reads read; none when it died (each element is then read in turn).
-fn join_reads<T>(reading: std::thread::ScopedJoinHandle<'_, ReadEarly<T>>) -> ReadEarly<T> {
+fn join_reads<T>(reading: ScopedJoinHandle<'_, ReadEarly<T>>) -> ReadEarly<T> {
     reading.join().unwrap_or_default()
 }
 
@@ -447,14 +447,67 @@ fn array_bytes(array: &ArrayObject) -> crate::soma::Result<u64> {
     estimated_bytes(array, H5AD_VALUE_BYTES * array.schema.columns.len() as u64)
 }
 
-/// Writes a data frame's rows as obs or var, and returns what its first pass found.
-fn write_frame(root: &HdfGroup, name: &str, frame: &FrameElement) -> io::Result<FrameRows> {
-    let index = frame_index(frame);
-    let rows = scan_frame(&frame.array, &frame.rows, &index)?;
-    let mut writer = frame_writer(root, name, &frame.array, &rows, index)?;
-    anndata::read_rows(&frame.array, &frame.rows, |batch| writer.append(batch))?;
-    writer.finish()?;
-    Ok(rows)
+/// obs or var, as the file reads it: its first pass ([`scan_frame`]) and then its rows.
+///
+/// A small frame (estimated at [`EARLY_FRAME_BYTES`] or less) has both read at once, on
+/// threads of their own from the start of the file's generation, its rows held until they
+/// are written: obs's first pass, obs's rows and var's two reads then overlap, where they
+/// came one after another (over object storage each is two or three round trips). A larger
+/// frame is read in its turn, its rows streamed into the file. What the threads hold is
+/// bounded by that estimate and not taken from the memory budget: their readers take their
+/// shares from it, and none waits for the file's thread.
+struct FrameRead<'s, 'a> {
+    frame: &'a FrameElement,
+    /// Its first pass and its rows, being read; `None`: read in turn.
+    early: Option<(Reading<'s, FrameRows>, Reading<'s, Vec<RecordBatch>>)>,
+}
+
+/// A read on a thread of the file's generation.
+type Reading<'s, T> = ScopedJoinHandle<'s, io::Result<T>>;
+
+/// The most a frame read at once is estimated at.
+const EARLY_FRAME_BYTES: u64 = 16 << 20;
+
+impl<'s, 'a: 's> FrameRead<'s, 'a> {
+    fn start<'e>(scope: &'s Scope<'s, 'e>, frame: &'a FrameElement) -> FrameRead<'s, 'a> {
+        let small = matches!(array_bytes(&frame.array), Ok(bytes) if bytes <= EARLY_FRAME_BYTES);
+        let early = small.then(|| {
+            let scan = scope.spawn(|| scan_frame(&frame.array, &frame.rows, &frame_index(frame)));
+            let rows = scope.spawn(|| {
+                let mut held = Vec::new();
+                anndata::read_rows(&frame.array, &frame.rows, |batch| {
+                    held.push(batch.clone());
+                    Ok(())
+                })?;
+                Ok(held)
+            });
+            (scan, rows)
+        });
+        FrameRead { frame, early }
+    }
+
+    /// Writes the frame's rows as `name`, and returns what its first pass found.
+    fn write(self, root: &HdfGroup, name: &str) -> io::Result<FrameRows> {
+        let (frame, index) = (self.frame, frame_index(self.frame));
+        let (scanned, held) = match self.early {
+            Some((scan, rows)) => (join_scoped(scan)?, Some(join_scoped(rows)?)),
+            None => (scan_frame(&frame.array, &frame.rows, &index)?, None),
+        };
+        let mut writer = frame_writer(root, name, &frame.array, &scanned, index)?;
+        match held {
+            Some(batches) => batches.iter().try_for_each(|batch| writer.append(batch))?,
+            None => anndata::read_rows(&frame.array, &frame.rows, |batch| writer.append(batch))?,
+        }
+        writer.finish()?;
+        Ok(scanned)
+    }
+}
+
+/// What a thread of the generation returned (its panic goes on in the joining thread).
+fn join_scoped<T>(thread: ScopedJoinHandle<'_, T>) -> T {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 impl FileKind for H5adFile {
