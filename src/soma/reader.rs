@@ -69,9 +69,10 @@ pub const BATCH_BYTES: usize = 8 << 20;
 /// A stream of record batches: one read query, or for band-sorted reads a sequence of
 /// queries over consecutive runs of bands of the first dimension (the first run is a few
 /// rows, so the first rows come at once; later runs hold about `CELLS_PER_QUERY` cells).
-/// Once a run has its first batch, the first batches of the next [`RUNS_AHEAD`] runs are read
-/// on threads of their own ([`NextRun`]) while it is handed out: over a network, their round
-/// trips overlap it, and none delays the first rows of the read.
+/// Once a run has its first batch, the next [`RUNS_AHEAD`] runs read ahead on threads of
+/// their own ([`NextRun`]) while it is handed out, up to a batch's bytes each: over a network
+/// their round trips overlap it, on a local disk their tiles are decompressed beside its own,
+/// and none delays the first rows of the read.
 pub struct BatchReader {
     array: Arc<Array>,
     specs: Vec<ColumnSpec>,
@@ -89,14 +90,11 @@ pub struct BatchReader {
     /// For a band-sorted read whose runs may be read as spans ([`SpanReads`]).
     spans: Option<SpanReads>,
     query: Option<RunQuery>,
-    /// The current query's first batch, when it was read ahead.
-    first_batch: Option<Option<Batch>>,
-    /// The next runs (at most [`RUNS_AHEAD`]), each reading its first batch.
+    /// What the current query read ahead, when it was a run read ahead.
+    ahead: Option<RunAhead>,
+    /// The next runs (at most [`RUNS_AHEAD`]), each reading ahead.
     next_runs: VecDeque<NextRun>,
-    schema: SchemaRef,
-    columns: Vec<Column>,
-    /// Per enumerated column, its labels as an Arrow array (shared by every batch).
-    labels: Vec<Option<ArrayRef>>,
+    arrow: Arc<ArrowBatches>,
     /// For global-order reads that need it: the band sorter.
     bands: Option<BandSorter>,
     /// For small reads sorted here ([`IN_MEMORY_SORT_BYTES`]): the batches read so far,
@@ -225,10 +223,11 @@ fn fragments_overlapping(array: &ArrayObject, (lo, hi): (i128, i128)) -> u64 {
 /// resident size by 36-50 MiB with 8 MiB batches.
 const READER_BATCHES: u64 = 6;
 
-/// What a run read ahead holds, in batches: its first batch and its query's buffers.
-const NEXT_RUN_BATCHES: u64 = 2;
+/// What a run read ahead holds, in batches: up to a batch read ahead and the batch that took
+/// it past that ([`NextRun`]), and its query's buffers.
+const NEXT_RUN_BATCHES: u64 = 3;
 
-/// Runs of a band-sorted read whose first batch is read while an earlier run is handed out.
+/// Runs of a band-sorted read that read ahead while an earlier run is handed out.
 const RUNS_AHEAD: usize = 2;
 
 /// Cells a query of a band-sorted read aims for (its runs of bands are sized to it).
@@ -984,11 +983,13 @@ impl BatchReader {
             runs,
             spans,
             query: None,
-            first_batch: None,
+            ahead: None,
             next_runs: VecDeque::new(),
-            schema: array.schema.arrow_of(&columns),
-            columns,
-            labels,
+            arrow: Arc::new(ArrowBatches {
+                schema: array.schema.arrow_of(&columns),
+                columns,
+                labels,
+            }),
             bands,
             in_memory: read.sorted_bytes.is_some().then(Vec::new),
             ready: VecDeque::new(),
@@ -1032,7 +1033,7 @@ impl BatchReader {
                     u128::from(expected_cells) * rows as u128 / bands.extent.max(1) as u128;
                 expected_cells = scaled.clamp(1, u128::from(u64::MAX)) as u64;
             }
-            let bound = |v: i128| match self.columns[0].arrow_type {
+            let bound = |v: i128| match self.arrow.columns[0].arrow_type {
                 DataType::UInt64 => Value::UInt(v as u64),
                 _ => Value::Int(v as i64),
             };
@@ -1082,7 +1083,7 @@ impl BatchReader {
     }
 
     pub fn schema(&self) -> SchemaRef {
-        self.schema.clone()
+        self.arrow.schema.clone()
     }
 
     /// The next batch of rows, `None` at the end.
@@ -1114,8 +1115,8 @@ impl BatchReader {
                     Step::End => break,
                 }
             }
-            let index_columns = self.columns.iter().filter(|c| c.is_index).count();
-            if let Some(sorted) = sort_by_index(&self.schema, &held, index_columns)? {
+            let index_columns = self.arrow.columns.iter().filter(|c| c.is_index).count();
+            if let Some(sorted) = sort_by_index(&self.arrow.schema, &held, index_columns)? {
                 self.ready.push_back(sorted);
             }
         }
@@ -1143,19 +1144,22 @@ impl BatchReader {
         }
     }
 
-    /// The next batch as libtiledb returns it, moving on to the next run when a query ends.
+    /// The next batch as libtiledb returns it (of the rows kept of a span), moving on to the
+    /// next run when a query ends.
     fn next_query_batch(&mut self) -> Result<Step> {
         if self.query.is_none() && !self.start_run()? {
             return Ok(Step::End);
         }
-        let next = match self.first_batch.take() {
-            Some(first) => first,
-            None => self
-                .query
-                .as_mut()
-                .expect("a run was just started")
-                .query
-                .next_batch()?,
+        let next = match self.ahead.as_mut() {
+            Some(ahead) if !ahead.batches.is_empty() => ahead.batches.pop_front(),
+            Some(ahead) if ahead.ended => None,
+            _ => {
+                let run = self.query.as_mut().expect("a run was just started");
+                match run.query.next_batch()? {
+                    Some(batch) => Some(self.arrow.record_batch(batch, run.kept.as_ref())?),
+                    None => None,
+                }
+            }
         };
         // The runs after this one start once it has its first batch: they must not slow
         // down the first rows of the read.
@@ -1164,9 +1168,12 @@ impl BatchReader {
                 break;
             };
             let query = self.new_query(Some(&run), false)?;
-            self.next_runs.push_back(NextRun::start(query)?);
+            let arrow = self.arrow.clone();
+            self.next_runs
+                .push_back(NextRun::start(query, arrow, self.batch_bytes)?);
         }
         let Some(batch) = next else {
+            self.ahead = None;
             if let Some(ended) = self.query.take() {
                 let counts = (ended.query)
                     .null_counts()
@@ -1181,29 +1188,16 @@ impl BatchReader {
                 Step::RunEnd
             });
         };
-        let cells = batch.cells;
-        let arrays = self
-            .columns
-            .iter()
-            .zip(batch.columns)
-            .zip(&self.labels)
-            .map(|((column, data), labels)| to_arrow(column, data, cells, labels.as_ref()))
-            .collect::<Result<Vec<_>>>()?;
-        let batch = RecordBatch::try_new(self.schema.clone(), arrays)?;
-        let kept = self.query.as_ref().and_then(|q| q.kept.as_ref());
-        Ok(Step::Batch(match kept {
-            Some(kept) => kept.filter(batch)?,
-            None => batch,
-        }))
+        Ok(Step::Batch(batch))
     }
 
     /// Makes the next run's query the current one (`false` when no run is left), and starts
     /// reading the runs after it.
     fn start_run(&mut self) -> Result<bool> {
         if let Some(next_run) = self.next_runs.pop_front() {
-            let (query, first) = next_run.join()?;
+            let (query, ahead) = next_run.join()?;
             self.query = Some(query);
-            self.first_batch = Some(first);
+            self.ahead = Some(ahead);
         } else {
             match self.runs.pop_front() {
                 Some(run) if !run.is_empty() => {
@@ -1222,33 +1216,87 @@ struct RunQuery {
     kept: Option<KeptRows>,
 }
 
-/// A run's query reading its first batch on a thread of its own. Dropping it waits for
-/// that batch: no query outlives its reader.
+/// How the batches of a read's queries become record batches: the read's columns, their
+/// schema, and the labels of its enumerated columns (shared by every batch). The threads
+/// that read runs ahead share it.
+struct ArrowBatches {
+    schema: SchemaRef,
+    columns: Vec<Column>,
+    labels: Vec<Option<ArrayRef>>,
+}
+
+impl ArrowBatches {
+    /// `batch` as a record batch, of the rows `kept` keeps when its query reads a span.
+    fn record_batch(&self, batch: Batch, kept: Option<&KeptRows>) -> Result<RecordBatch> {
+        let cells = batch.cells;
+        let arrays = (self.columns.iter().zip(batch.columns).zip(&self.labels))
+            .map(|((column, data), labels)| to_arrow(column, data, cells, labels.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let batch = RecordBatch::try_new(self.schema.clone(), arrays)?;
+        match kept {
+            Some(kept) => kept.filter(batch),
+            None => Ok(batch),
+        }
+    }
+}
+
+/// What a run read ahead holds when its turn comes: its first batches, and whether its
+/// query returned everything.
+struct RunAhead {
+    batches: VecDeque<RecordBatch>,
+    ended: bool,
+}
+
+/// A run's query reading ahead on a thread of its own: its batches, as record batches of
+/// the rows it keeps, until they hold a batch's bytes (a run that reads a span keeps a few
+/// of its rows, so it reads on for many batches of libtiledb's, and two runs' queries
+/// decompress tiles at once; otherwise it stops at its first batch). Dropping it waits for
+/// the thread: no query outlives its reader.
 struct NextRun {
-    reading: Option<std::thread::JoinHandle<(RunQuery, Result<Option<Batch>>)>>,
+    reading: Option<std::thread::JoinHandle<(RunQuery, Result<RunAhead>)>>,
 }
 
 impl NextRun {
-    fn start(mut query: RunQuery) -> std::io::Result<NextRun> {
+    fn start(
+        mut query: RunQuery,
+        arrow: Arc<ArrowBatches>,
+        batch_bytes: usize,
+    ) -> std::io::Result<NextRun> {
         let reading = std::thread::Builder::new()
             .name("soma-read-next".into())
             .spawn(move || {
-                let first = crate::sync::catch_panic(|| query.query.next_batch())
-                    .unwrap_or_else(|panic| Err(tiledb::Error::new(panic)));
-                (query, first.map_err(Error::from))
+                let ahead = crate::sync::catch_panic(|| {
+                    let mut ahead = RunAhead {
+                        batches: VecDeque::new(),
+                        ended: false,
+                    };
+                    let mut held = 0;
+                    while held < batch_bytes {
+                        let Some(batch) = query.query.next_batch()? else {
+                            ahead.ended = true;
+                            break;
+                        };
+                        let batch = arrow.record_batch(batch, query.kept.as_ref())?;
+                        held += batch.get_array_memory_size();
+                        ahead.batches.push_back(batch);
+                    }
+                    Ok(ahead)
+                })
+                .unwrap_or_else(|panic| Err(Error::from(tiledb::Error::new(panic))));
+                (query, ahead)
             })?;
         Ok(NextRun {
             reading: Some(reading),
         })
     }
 
-    /// The query and its first batch (`None`: the run holds nothing).
-    fn join(mut self) -> Result<(RunQuery, Option<Batch>)> {
+    /// The query and what it read ahead.
+    fn join(mut self) -> Result<(RunQuery, RunAhead)> {
         let reading = self.reading.take().expect("joined once");
-        let (query, first) = reading
+        let (query, ahead) = reading
             .join()
             .map_err(|_| Error::invalid("the thread reading the next run died"))?;
-        Ok((query, first?))
+        Ok((query, ahead?))
     }
 }
 
