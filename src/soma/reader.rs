@@ -35,6 +35,7 @@ use arrow_array::{
     LargeStringArray, RecordBatch,
 };
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_data::transform::MutableArrayData;
 use arrow_ord::sort::{lexsort_to_indices, SortColumn};
 use arrow_schema::{DataType, SchemaRef};
 
@@ -845,17 +846,39 @@ impl KeptRows {
         at < self.rows && self.bits[at / 64] & (1 << (at % 64)) != 0
     }
 
-    /// The cells of `batch` in the kept rows (its first column is the first dimension).
+    /// The cells of `batch` in the kept rows (its first column is the first dimension). A
+    /// global-order batch holds a row's cells of a tile together, so the row is looked up
+    /// once a stretch of them, and the kept stretches are copied whole.
     fn filter(&self, batch: RecordBatch) -> Result<RecordBatch> {
         let rows = int64_values(batch.column(0))?;
-        let keep = BooleanArray::new(
-            BooleanBuffer::collect_bool(rows.len(), |i| self.keeps(rows[i])),
-            None,
-        );
-        if keep.true_count() == batch.num_rows() {
+        let mut kept: Vec<(usize, usize)> = Vec::new();
+        let mut start = 0;
+        while start < rows.len() {
+            let row = rows[start];
+            let end = start + rows[start..].iter().take_while(|&&r| r == row).count();
+            if self.keeps(row) {
+                match kept.last_mut() {
+                    Some((_, last_end)) if *last_end == start => *last_end = end,
+                    _ => kept.push((start, end)),
+                }
+            }
+            start = end;
+        }
+        if kept == [(0, rows.len())] || rows.is_empty() {
             return Ok(batch);
         }
-        Ok(arrow_select::filter::filter_record_batch(&batch, &keep)?)
+        let cells = kept.iter().map(|(a, b)| b - a).sum();
+        let columns = (batch.columns().iter())
+            .map(|column| {
+                let data = column.to_data();
+                let mut out = MutableArrayData::new(vec![&data], data.null_count() > 0, cells);
+                for &(a, b) in &kept {
+                    out.try_extend(0, a, b)?;
+                }
+                Ok(make_array(out.freeze()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RecordBatch::try_new(batch.schema(), columns)?)
     }
 }
 
