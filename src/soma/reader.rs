@@ -24,6 +24,7 @@
 //! that returns fewer or more cells than it selected is an error too.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -1273,10 +1274,12 @@ struct RunAhead {
 /// A run's query reading ahead on a thread of its own: its batches, as record batches of
 /// the rows it keeps, until they hold a batch's bytes (a run that reads a span keeps a few
 /// of its rows, so it reads on for many batches of libtiledb's, and two runs' queries
-/// decompress tiles at once; otherwise it stops at its first batch). Dropping it waits for
-/// the thread: no query outlives its reader.
+/// decompress tiles at once; otherwise it stops at its first batch). Dropping it stops the
+/// thread at its next batch and waits for it: no query outlives its reader.
 struct NextRun {
     reading: Option<std::thread::JoinHandle<(RunQuery, Result<RunAhead>)>>,
+    /// Set when the reader goes away before the run's turn.
+    stop: Arc<AtomicBool>,
 }
 
 impl NextRun {
@@ -1285,6 +1288,8 @@ impl NextRun {
         arrow: Arc<ArrowBatches>,
         batch_bytes: usize,
     ) -> std::io::Result<NextRun> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
         let reading = std::thread::Builder::new()
             .name("soma-read-next".into())
             .spawn(move || {
@@ -1294,7 +1299,7 @@ impl NextRun {
                         ended: false,
                     };
                     let mut held = 0;
-                    while held < batch_bytes {
+                    while held < batch_bytes && !stopped.load(Ordering::Relaxed) {
                         let Some(batch) = query.query.next_batch()? else {
                             ahead.ended = true;
                             break;
@@ -1310,6 +1315,7 @@ impl NextRun {
             })?;
         Ok(NextRun {
             reading: Some(reading),
+            stop,
         })
     }
 
@@ -1326,6 +1332,7 @@ impl NextRun {
 impl Drop for NextRun {
     fn drop(&mut self) {
         if let Some(reading) = self.reading.take() {
+            self.stop.store(true, Ordering::Relaxed);
             let _ = reading.join();
         }
     }
