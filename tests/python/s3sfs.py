@@ -156,8 +156,11 @@ class S3sFsServer:
         )
 
     def keys(self, bucket: str, prefix: str = "") -> list[str]:
-        """Every key under prefix, as the server lists them (all pages)."""
-        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        """Every key under prefix, as the server lists them (all pages). (s3s-fs answers
+        keys as stored even when asked for encoding-type=url; boto3 decodes them only when
+        it asked for that encoding itself, so asking explicitly gets them as stored.)"""
+        pages = self.client().get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix, EncodingType="url")
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
     # -- libtiledb configuration -------------------------------------------------------
