@@ -41,9 +41,9 @@ S3_ERRORS = {
 }
 
 
-def is_object_get(method: str, target: str) -> bool:
+def is_object_get(request: "Seen") -> bool:
     """A GET of an object (not a listing)."""
-    return kind_of(method, target) == "GET"
+    return kind_of(request.method, request.target) == "GET"
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Seen:
 class _Armed:
     what: str  # an S3 error code, or "cut:dropped" / "cut:shorter"
     times: int
-    match: Callable[[str, str], bool]
+    match: Callable[[Seen], bool]
     fired: list = field(default_factory=list)
 
 
@@ -102,7 +102,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             seen.fault = "ExpiredToken"
             self._error(seen, "ExpiredToken")
             return
-        fault = proxy._take(lambda a: not a.what.startswith("cut:"), self.command, self.path)
+        fault = proxy._take(lambda a: not a.what.startswith("cut:"), seen)
         if fault is not None:
             seen.fault = fault
             self._error(seen, fault)
@@ -122,7 +122,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         out_headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP_BY_HOP and k.lower() != "content-length"]
         cut = None
         if resp.status == 206 and self.command == "GET" and len(data) >= 2:
-            cut = proxy._take(lambda a: a.what.startswith("cut:"), self.command, self.path)
+            cut = proxy._take(lambda a: a.what.startswith("cut:"), seen)
         seen.status = resp.status
         if cut == "cut:shorter":
             seen.fault = cut
@@ -234,15 +234,16 @@ class FaultProxy:
 
     # -- faults ------------------------------------------------------------------------
 
-    def fail_next(self, times: int, code: str, match: Callable[[str, str], bool] = is_object_get) -> list[Seen]:
-        """Answer the next `times` requests that `match(method, target)` with the S3 error
-        `code` (a key of S3_ERRORS). Returns the list the faulted requests are added to."""
+    def fail_next(self, times: int, code: str, match: Callable[[Seen], bool] = is_object_get) -> list[Seen]:
+        """Answer the next `times` requests that `match` (given each request's Seen) with the
+        S3 error `code` (a key of S3_ERRORS). Returns the list the faulted requests are added
+        to."""
         armed = _Armed(code, times, match)
         with self._lock:
             self._armed.append(armed)
         return armed.fired
 
-    def cut_next_range(self, how: str, match: Callable[[str, str], bool] = is_object_get) -> list[Seen]:
+    def cut_next_range(self, how: str, match: Callable[[Seen], bool] = is_object_get) -> list[Seen]:
         """Cut the next ranged answer (206) to a `match`ing request short, once: how is
         "dropped" (connection closed after half the bytes) or "shorter" (a 206 for half the
         range). Returns the list the cut request is added to."""
@@ -257,12 +258,12 @@ class FaultProxy:
         with self._lock:
             return sum(a.times for a in self._armed)
 
-    def _take(self, kind: Callable[[_Armed], bool], method: str, target: str) -> str | None:
+    def _take(self, kind: Callable[[_Armed], bool], seen: Seen) -> str | None:
         with self._lock:
             for a in self._armed:
-                if a.times > 0 and kind(a) and a.match(method, target):
+                if a.times > 0 and kind(a) and a.match(seen):
                     a.times -= 1
-                    a.fired.append((method, target))
+                    a.fired.append(seen)
                     return a.what
         return None
 
