@@ -18,8 +18,9 @@ of the issue:
    writes too, and a declared body is not read; group members naming another bucket or
    host send nothing there; 1,500 idle connections and 200 half-sent requests leave the
    front serving within seconds, on a bounded number of threads, and the half-sent ones are
-   dropped after the 10 s head timeout; libtiledb's debug log holds no key of the user's,
-   and what the daemon writes is private (umask 077).
+   dropped after the 10 s head timeout; beyond 4,096 connections the oldest idle ones are
+   dropped; libtiledb's debug log holds no key of the user's, and what the daemon writes is
+   private (umask 077).
 
 Run: .venv/bin/python -m pytest tests/python/test_s3_security.py -q
 """
@@ -644,6 +645,45 @@ def test_a_flood_of_connections_leaves_the_front_serving(store_server, fixtures_
         for s in held + half_sent:
             s.close()
     td.fail_if(problems, "differences from tiledbsoma under the flood")
+
+
+CONNECTION_CAP = 4096  # the contract: at most 4096 connections held, the oldest idle dropped
+BEYOND_THE_CAP = 300
+
+
+@pytest.mark.timeout(180)
+def test_connections_beyond_the_cap_drop_the_oldest_idle_ones(store_server, fixtures_dir):
+    """4,396 idle connections opened one after another: the front holds at most 4,096, so
+    it drops the oldest idle ones (the first 100 opened are closed by it, the last 100 are
+    not), and a file never read before still reads, as tiledbsoma reads it."""
+    import resource
+
+    total = CONNECTION_CAP + BEYOND_THE_CAP
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < total + 512:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(total + 512, hard), hard))
+    held: list[socket.socket] = []
+    try:
+        with front_mount(store_server, STORE) as mp:
+            port = front_port(mp)
+            os.listdir(mp)
+            for _ in range(total):
+                held.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+            oldest, newest = held[:100], held[-100:]
+            wait_until(lambda: all(_closed(s) for s in oldest), within(2))
+            oldest_closed = sum(_closed(s) for s in oldest)
+            newest_closed = sum(_closed(s) for s in newest)
+            value, error, secs = run_bounded(lambda: len((Path(mp) / "obs" / "data.csv").read_bytes()), within(10) + 5)
+            assert value != "HUNG" and error is None, f"reading obs/data.csv with {total} connections open: {value} {error}"
+            problems = compare_arrays(mp, store_server, fixtures_dir, f"s3://{BUCKET}/{STORE}", ["obs"])
+            assert mp.proc.poll() is None, "the daemon exited"
+    finally:
+        for s in held:
+            s.close()
+    assert oldest_closed == 100, f"{oldest_closed} of the 100 oldest of {total} idle connections were dropped"
+    assert newest_closed == 0, f"{newest_closed} of the 100 newest of {total} idle connections were dropped"
+    assert secs < within(5), f"obs/data.csv took {secs:.1f} s with {total} connections open"
+    td.fail_if(problems, f"differences from tiledbsoma with {total} connections open")
 
 
 def _closed(s: socket.socket) -> bool:
