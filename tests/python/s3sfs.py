@@ -9,9 +9,9 @@ through it has signed every request exactly as S3 wants, odd keys and ranges inc
 
 Objects are plain files: `put_tree` copies a local store into the served directory (and
 `keys` lists what the server says it holds, through a signed boto3 listing, so a test can
-check the copy is served). With `domain` the server also answers virtual-hosted-style
-requests (`Host: BUCKET.DOMAIN:PORT`); it then reads the Host of a path-style request as a
-bucket too, so a server is either path-style (no domain) or virtual-hosted.
+check the copy is served). With `domain` the server answers virtual-hosted-style requests
+(`Host: BUCKET.DOMAIN:PORT`); it then takes any other Host for a bucket's name, so a
+path-style request must name DOMAIN:PORT as its Host, and one to 127.0.0.1 fails.
 
     with S3sFsServer() as server:
         server.put_tree(fixtures_dir / "pbmc", "somabucket", "pbmc")

@@ -404,7 +404,7 @@ def test_front_refuses_what_its_own_key_did_not_sign(store_server, fixtures_dir)
     A DELETE and a POST are refused the same way (the signature is checked before the
     method); a PUT with a body is refused (for its signature or for declaring a body) and
     writes nothing, and one declaring a 1 GB body is refused without the body being sent.
-    The mount keeps serving."""
+    The front listens on 127.0.0.1 only. The mount keeps serving."""
     key = f"{STORE}/obs/__schema"
     with front_mount(store_server, STORE) as mp:
         port = front_port(mp)
@@ -456,6 +456,11 @@ def test_front_refuses_what_its_own_key_did_not_sign(store_server, fixtures_dir)
             secs = time.monotonic() - t0
         if not re.match(rb"HTTP/1\.[01] 4\d\d ", first) or secs > within(2):
             problems.append(f"a PUT declaring 1 GB: {first[:100]!r} after {secs:.1f} s (expected it refused at once)")
+        # Listening on 127.0.0.1 alone, not on every address (127.0.0.2 stands for the others).
+        with socket.socket() as s:
+            s.settimeout(2)
+            if s.connect_ex(("127.0.0.2", port)) == 0:
+                problems.append(f"the front also listens on 127.0.0.2:{port} (all addresses?)")
         planted = [p for p in store_server.root.rglob("planted*")]
         if planted:
             problems.append(f"objects were written to the store: {planted}")
