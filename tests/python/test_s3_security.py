@@ -717,13 +717,20 @@ def usual_umask():
 
 
 @pytest.mark.timeout(180)
-def test_debug_logs_hold_no_key_and_what_the_daemon_writes_is_private(store_server, fixtures_dir, tmp_path,
+@pytest.mark.parametrize("keys_in", ["--config", "environment"])
+def test_debug_logs_hold_no_key_and_what_the_daemon_writes_is_private(keys_in, store_server, fixtures_dir, tmp_path,
                                                                        monkeypatch, usual_umask):
-    """--config vfs.s3.logging_level=debug, the daemon started in a directory of its own:
+    """--config vfs.s3.logging_level=debug, the daemon started in a directory of its own,
+    the user's keys in --config or in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY:
     libtiledb's AWS log (tiledb_s3_*.log) is written there; no file under that directory or
     the cache directory, nor the daemon's own output, holds the user's key id or secret
     (libtiledb only knows the front's key), and everything the daemon wrote there is
     private (mode 0600 files, 0700 directories: the daemon runs with umask 077)."""
+    tiledb = {}
+    if keys_in == "environment":
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        tiledb = {"vfs.s3.aws_access_key_id": None, "vfs.s3.aws_secret_access_key": None}
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
@@ -744,8 +751,9 @@ def test_debug_logs_hold_no_key_and_what_the_daemon_writes_is_private(store_serv
                     if secret in data:
                         problems.append(f"{what}: {p.relative_to(root)} holds {name}")
 
-    with front_mount(store_server, STORE, "--config", "vfs.s3.logging_level=debug") as mp:
+    with front_mount(store_server, STORE, "--config", "vfs.s3.logging_level=debug", tiledb=tiledb) as mp:
         front_port(mp)
+        assert front_credentials_source(mp) == keys_in
         problems += compare_arrays(mp, store_server, fixtures_dir, f"s3://{BUCKET}/{STORE}", ["obs"])
         scan(Path(mp.cache_dir), "the cache directory")
     aws_logs = sorted(cwd.glob("tiledb_s3_*.log"))
