@@ -394,7 +394,7 @@ fn s3_front(cli: &Cli, uri: &str, cache: &Arc<ContentCache>) -> Option<Front> {
     if !uri.starts_with("s3://") || cli.s3_direct {
         return None;
     }
-    Front::start(&cli.config, cache.clone())
+    Front::start(uri, &cli.config, cache.clone())
         .inspect_err(|why| info!("libtiledb talks to S3 itself, without the daemon's front: {why}"))
         .ok()
 }
@@ -685,7 +685,16 @@ fn main() -> ExitCode {
     if !cli.foreground {
         return daemonize();
     }
+    keep_files_private();
     tune_allocator();
     init_logging(&cli);
     run(cli)
+}
+
+/// Every file the daemon or libtiledb creates is readable by its user only (umask 077): the
+/// cache's copies of the store's objects and generated files, a `--log-file`, and libtiledb's
+/// own logs (`vfs.s3.logging_level` writes `tiledb_s3_*.log` in the working directory).
+fn keep_files_private() {
+    // SAFETY: umask only sets the process's file mode mask; it cannot fail.
+    unsafe { libc::umask(0o077) };
 }

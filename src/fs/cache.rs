@@ -329,20 +329,23 @@ impl ContentCache {
 /// The S3 front's objects (immutable files of the store, fetched whole) are entries of
 /// their own, within `--cache-size` like the rest, kept across mounts.
 impl crate::s3::ObjectsKept for ContentCache {
-    fn kept(&self, name: &str) -> Option<Vec<u8>> {
+    fn kept(&self, name: &str, version: &str) -> Option<Vec<u8>> {
         use std::io::Read;
-        let (mut file, size) = self.open_entry(&object_key(name))?;
+        let (mut file, size) = self.open_entry(&object_key(name, version))?;
         let mut bytes = Vec::with_capacity(size as usize);
         file.read_to_end(&mut bytes).ok()?;
         (bytes.len() as u64 == size).then_some(bytes)
     }
 
-    fn keep(&self, name: &str, bytes: &[u8]) {
+    fn keep(&self, name: &str, version: &str, bytes: &[u8]) {
         use std::io::Write;
         let kept = self
-            .begin(&object_key(name))
+            .begin(&object_key(name, version))
             .and_then(|(pending, mut file)| {
                 file.write_all(bytes)?;
+                // On disk before it has its name: a copy found under its name after a crash
+                // is whole.
+                file.sync_all()?;
                 self.commit(pending, bytes.len() as u64)
             });
         if let Err(e) = kept {
@@ -351,8 +354,8 @@ impl crate::s3::ObjectsKept for ContentCache {
     }
 }
 
-fn object_key(name: &str) -> CacheKey {
-    CacheKey::new(["object of the store", name])
+fn object_key(name: &str, version: &str) -> CacheKey {
+    CacheKey::new(["object of the store", name, version])
 }
 
 #[cfg(test)]

@@ -11,7 +11,10 @@ pub struct Request {
     /// The decoded path: `/bucket/key`.
     pub path: String,
     pub query: Vec<(String, String)>,
-    headers: Vec<(String, String)>,
+    /// The path and the query as the request line carries them (percent-encoded).
+    pub raw_path: String,
+    pub raw_query: String,
+    pub headers: Vec<(String, String)>,
     /// Whether the client asked for the connection to close after the answer.
     pub closes: bool,
 }
@@ -45,7 +48,7 @@ impl Request {
 }
 
 /// The longest request head read: libtiledb's are under 2 KiB.
-const MOST_HEAD_BYTES: usize = 64 << 10;
+pub const MOST_HEAD_BYTES: usize = 64 << 10;
 
 /// The next request on a connection, `None` once the client closed it. A request's body (a
 /// read sends none) is read and dropped, so the next request starts where it should.
@@ -65,12 +68,34 @@ pub fn read_request(reader: &mut impl BufRead) -> io::Result<Option<Request>> {
         if head.len() >= MOST_HEAD_BYTES {
             return Err(bad("a request head of more than 64 KiB"));
         }
-        let line = &head[before..];
-        if (line == b"\r\n" || line == b"\n") && before > 0 {
+        if head_ends_at(&head).is_some() {
             break;
         }
     }
-    let text = std::str::from_utf8(&head).map_err(|_| bad("a request head not in UTF-8"))?;
+    let request = parse_head(&head)?;
+    io::copy(&mut reader.take(request.content_length()?), &mut io::sink())?;
+    Ok(Some(request))
+}
+
+/// Where the request head at the start of `bytes` ends (just past its empty line), once it
+/// is all there.
+pub fn head_ends_at(bytes: &[u8]) -> Option<usize> {
+    let mut line_start = 0;
+    for (i, &byte) in bytes.iter().enumerate() {
+        if byte == b'\n' {
+            let line = &bytes[line_start..=i];
+            if (line == b"\r\n" || line == b"\n") && line_start > 0 {
+                return Some(i + 1);
+            }
+            line_start = i + 1;
+        }
+    }
+    None
+}
+
+/// A request from its head: the request line and the headers, through the empty line.
+pub fn parse_head(head: &[u8]) -> io::Result<Request> {
+    let text = std::str::from_utf8(head).map_err(|_| bad("a request head not in UTF-8"))?;
     let mut lines = text.lines();
     let mut request_line = lines.next().unwrap_or_default().split(' ');
     let (Some(method), Some(target), Some(version)) = (
@@ -87,42 +112,55 @@ pub fn read_request(reader: &mut impl BufRead) -> io::Result<Option<Request>> {
             .ok_or_else(|| bad("a malformed header"))?;
         headers.push((name.trim().to_owned(), value.trim().to_owned()));
     }
-    let (path, query) = split_target(target)?;
+    let (raw_path, raw_query) = split_target(target);
     let mut request = Request {
         method: method.to_owned(),
-        path,
-        query,
+        path: decode(raw_path)?,
+        query: decode_query(raw_query)?,
+        raw_path: raw_path.to_owned(),
+        raw_query: raw_query.to_owned(),
         headers,
         closes: version == "HTTP/1.0",
     };
     if let Some(connection) = request.header("connection") {
         request.closes = connection.eq_ignore_ascii_case("close");
     }
-    let length: u64 = match request.header("content-length") {
-        Some(n) => n.parse().map_err(|_| bad("a malformed Content-Length"))?,
-        None => 0,
-    };
-    io::copy(&mut reader.take(length), &mut io::sink())?;
-    Ok(Some(request))
+    Ok(request)
+}
+
+impl Request {
+    /// The length of the body that follows the head (a chunked body is refused).
+    pub fn content_length(&self) -> io::Result<u64> {
+        if self.header("transfer-encoding").is_some() {
+            return Err(bad("a request body of chunks"));
+        }
+        match self.header("content-length") {
+            Some(n) => n.parse().map_err(|_| bad("a malformed Content-Length")),
+            None => Ok(0),
+        }
+    }
 }
 
 /// A target (`/bucket/key?name=value&...`, or the absolute form a proxy is sent) as its
-/// decoded path and parameters.
-fn split_target(target: &str) -> io::Result<(String, Vec<(String, String)>)> {
+/// path and query, still encoded.
+fn split_target(target: &str) -> (&str, &str) {
     let target = match target.split_once("://") {
         Some((_, rest)) => &rest[rest.find('/').unwrap_or(rest.len())..],
         None => target,
     };
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let params = query
+    target.split_once('?').unwrap_or((target, ""))
+}
+
+/// A query's parameters, decoded.
+fn decode_query(query: &str) -> io::Result<Vec<(String, String)>> {
+    query
         .split('&')
         .filter(|p| !p.is_empty())
         .map(|p| {
             let (name, value) = p.split_once('=').unwrap_or((p, ""));
             Ok((decode(name)?, decode(value)?))
         })
-        .collect::<io::Result<_>>()?;
-    Ok((decode(path)?, params))
+        .collect()
 }
 
 /// Percent-decoding (a `+` is itself, as S3 reads paths).
@@ -162,7 +200,7 @@ fn bad(what: &str) -> io::Error {
 /// Writes an answer's status line and headers, with `Content-Length: length`. For a `HEAD`
 /// the length is the object's, and no body follows.
 pub fn write_head(
-    out: &mut impl Write,
+    out: &mut (impl Write + ?Sized),
     status: u16,
     headers: &[(String, String)],
     length: u64,
@@ -177,7 +215,7 @@ pub fn write_head(
 
 /// A whole answer: head and body (none for a `HEAD`, whose length is still the body's).
 pub fn write_answer(
-    out: &mut impl Write,
+    out: &mut (impl Write + ?Sized),
     method: &str,
     status: u16,
     headers: &[(String, String)],
@@ -192,7 +230,7 @@ pub fn write_answer(
 
 /// An S3 error answer, as S3 words one: XML naming the code, and a message.
 pub fn write_error(
-    out: &mut impl Write,
+    out: &mut (impl Write + ?Sized),
     method: &str,
     status: u16,
     code: &str,

@@ -12,23 +12,30 @@
 //! `__schema/`, a `__meta/`, the fragments of `__fragments/`), they are fetched at once, all
 //! of them, before libtiledb asks for each.
 //!
-//! The front only reads: any request but a `GET` or `HEAD` is refused. Only libtiledb uses
-//! it: a request must be signed with a key made for this daemon ([`Front::libtiledb_settings`]).
-//! It stands in only where it reaches the store as libtiledb would: keys in `--config` or
-//! the environment, or an unsigned public bucket; otherwise (a profile, a role, a proxy, a
-//! CA file) libtiledb talks to the store itself.
+//! Any local process can reach a port of 127.0.0.1, so the front trusts no peer: libtiledb
+//! signs its requests with a key id and a secret made at random when the daemon starts
+//! ([`Front::libtiledb_settings`]), and the front checks each request's SigV4 signature,
+//! within S3's clock window, before it does anything for it ([`sign::verify`]). It answers
+//! only `GET` and `HEAD` (it never writes to the store), only for the mounted store's
+//! bucket, and sends requests only to the store's endpoint ([`upstream`]). Its connections
+//! and threads are bounded ([`server`]). It stands in for libtiledb with keys from wherever
+//! the AWS SDK finds them ([`credentials`]); only settings it cannot follow (a proxy, a role
+//! given to libtiledb, TLS verification turned off) leave libtiledb to talk to the store
+//! itself.
 
+pub mod credentials;
 pub mod http;
 pub mod listings;
 pub mod objects;
+pub mod server;
 pub mod sign;
 pub mod upstream;
 
-use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{self, Read, Write};
+use std::net::TcpListener;
 use std::sync::Arc;
 
-use log::{debug, warn};
+use log::{debug, info, warn};
 
 use crate::sync::Pool;
 
@@ -39,12 +46,27 @@ use upstream::Upstream;
 
 /// Objects fetched at once after a listing names them, at most.
 const READ_AHEAD_AT_ONCE: usize = 16;
+/// Objects waiting to be read ahead, at most: past this, a listing's objects are left for
+/// libtiledb to ask for.
+const MOST_QUEUED_READ_AHEAD: usize = 1024;
 
 /// The front, serving on a port of 127.0.0.1 for as long as the daemon lives.
 pub struct Front {
     port: u16,
-    key_id: String,
     shared: Arc<Shared>,
+    /// The async runtime the front's connections and the credential chain run on (taken
+    /// when the front is dropped).
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Front {
+    /// The daemon is ending: answers still under way (a store that does not answer) are not
+    /// waited for.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// What is about to be opened ([`Front::opening`]).
@@ -59,42 +81,66 @@ struct Shared {
     objects: Objects,
     listings: Listings,
     read_ahead: Arc<Pool>,
-    /// The access key libtiledb signs with: a request signed with another is refused.
-    key_id: String,
+    /// The bucket of the mounted store: the only one the front answers for.
+    bucket: String,
+    /// What libtiledb signs with: a request not signed with it is refused.
+    libtiledb_keys: sign::Credentials,
 }
 
 impl Front {
-    /// Starts a front for the S3 store that `settings` (libtiledb's, from `--config`) and
-    /// the environment describe, keeping objects in `kept`; or says why it cannot stand in
-    /// for libtiledb.
+    /// Starts a front for the S3 store at `uri` that `settings` (libtiledb's, from
+    /// `--config`) and the environment describe, keeping objects in `kept`; or says why it
+    /// cannot stand in for libtiledb.
     pub fn start(
+        uri: &str,
         settings: &[(String, String)],
         kept: Arc<dyn ObjectsKept>,
     ) -> Result<Front, String> {
-        let upstream = Upstream::from_settings(settings, |name| std::env::var(name).ok())?;
+        let limits = server::Limits::front();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(limits.workers + 4)
+            .thread_name("s3 front")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the front's runtime: {e}"))?;
+        let bucket = bucket_of(uri).ok_or_else(|| format!("{uri} names no bucket"))?;
+        let upstream =
+            Upstream::from_settings(settings, |name| std::env::var(name).ok(), runtime.handle())?;
+        upstream::check_bucket(&bucket, false)?;
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
         let port = listener
             .local_addr()
             .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?
             .port();
-        let key_id = format!("SOMAMOUNT{}", &blake3::hash(&random_bytes()).to_hex()[..24]);
+        let random = |n: usize| blake3::hash(&random_bytes()).to_hex()[..n].to_owned();
+        let libtiledb_keys = sign::Credentials {
+            access_key_id: format!("SOMAMOUNT{}", random(24)),
+            secret_access_key: random(64),
+            session_token: None,
+        };
+        info!("s3 front: listening on 127.0.0.1:{port}");
+        info!("s3 front: credentials from {}", upstream.keys_found_in());
         let shared = Arc::new(Shared {
+            objects: Objects::new(kept, upstream.place()),
             upstream,
-            objects: Objects::new(kept),
             listings: Listings::default(),
             read_ahead: Pool::new("s3 read ahead", READ_AHEAD_AT_ONCE, Arc::default()),
-            key_id: key_id.clone(),
+            bucket,
+            libtiledb_keys,
         });
-        let serving = shared.clone();
-        std::thread::Builder::new()
-            .name("s3 front".into())
-            .spawn(move || accept(listener, serving))
-            .map_err(|e| format!("cannot start a thread: {e}"))?;
+        server::serve(
+            listener,
+            runtime.handle(),
+            Arc::new(Serving(shared.clone())),
+            limits,
+        )
+        .map_err(|e| format!("cannot serve on 127.0.0.1: {e}"))?;
         Ok(Front {
             port,
-            key_id,
             shared,
+            runtime: Some(runtime),
         })
     }
 
@@ -140,9 +186,14 @@ impl Front {
             // metadata, among others).
             ("vfs.s3.region", self.shared.upstream.region().to_owned()),
             ("vfs.s3.no_sign_request", "false".to_owned()),
-            ("vfs.s3.aws_access_key_id", self.key_id.clone()),
-            // The front checks the key, not the signature: a loopback peer cannot see it.
-            ("vfs.s3.aws_secret_access_key", "soma-mount".to_owned()),
+            (
+                "vfs.s3.aws_access_key_id",
+                self.shared.libtiledb_keys.access_key_id.clone(),
+            ),
+            (
+                "vfs.s3.aws_secret_access_key",
+                self.shared.libtiledb_keys.secret_access_key.clone(),
+            ),
             ("vfs.s3.aws_session_token", String::new()),
         ];
         let mut settings: Vec<(String, String)> = settings
@@ -171,46 +222,62 @@ fn random_bytes() -> [u8; 32] {
     bytes
 }
 
-fn accept(listener: TcpListener, shared: Arc<Shared>) {
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        let shared = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("s3 front conn".into())
-            .spawn(move || serve_connection(&shared, stream));
-        if let Err(e) = spawned {
-            warn!("s3 front: cannot start a thread for a connection: {e}");
-        }
-    }
+/// The bucket of an `s3://bucket/key` URI.
+fn bucket_of(uri: &str) -> Option<String> {
+    let rest = uri.strip_prefix("s3://")?;
+    let bucket = rest.split('/').next()?;
+    (!bucket.is_empty()).then(|| bucket.to_owned())
 }
 
-/// Answers a connection's requests until the client closes it.
-fn serve_connection(shared: &Arc<Shared>, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
-    let Ok(read_half) = stream.try_clone() else {
-        return;
-    };
-    let mut reader = BufReader::new(read_half);
-    let mut writer = BufWriter::new(stream);
-    loop {
-        match http::read_request(&mut reader) {
-            Ok(Some(request)) => {
-                if let Err(e) = answer(shared, &request, &mut writer).and_then(|_| writer.flush()) {
-                    debug!("s3 front: {} {}: {e}", request.method, request.path);
-                    return;
-                }
-                if request.closes {
-                    return;
-                }
-            }
-            Ok(None) => return,
-            Err(e) => {
-                let _ =
-                    http::write_error(&mut writer, "GET", 400, "InvalidRequest", &e.to_string());
-                let _ = writer.flush();
-                return;
-            }
+/// What the front's server asks of the front.
+struct Serving(Arc<Shared>);
+
+impl server::Answering for Serving {
+    fn admit(&self, request: &http::Request) -> Result<(), (u16, &'static str, String)> {
+        let shared = &self.0;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let received = sign::Received {
+            method: &request.method,
+            raw_path: &request.raw_path,
+            path: &request.path,
+            raw_query: &request.raw_query,
+            query: &request.query,
+            headers: &request.headers,
+        };
+        let keys = &shared.libtiledb_keys;
+        if let Err(refusal) =
+            sign::verify(&received, &keys.access_key_id, &keys.secret_access_key, now)
+        {
+            debug!(
+                "s3 front: refused {} {}: {refusal}",
+                request.method, request.path
+            );
+            return Err((
+                403,
+                "AccessDenied",
+                format!("soma-mount's front: {refusal}"),
+            ));
         }
+        if request.method != "GET" && request.method != "HEAD" {
+            let message = "soma-mount only reads: it never writes to the store";
+            return Err((405, "MethodNotAllowed", message.into()));
+        }
+        let path = request.path.trim_start_matches('/');
+        let bucket = path.split('/').next().unwrap_or_default();
+        if bucket != shared.bucket {
+            let message = format!(
+                "soma-mount's front answers for bucket {:?} only, the mounted store's",
+                shared.bucket
+            );
+            return Err((403, "AccessDenied", message));
+        }
+        Ok(())
+    }
+
+    fn answer(&self, request: &http::Request, out: &mut dyn Write) -> io::Result<()> {
+        answer(&self.0, request, out)
     }
 }
 
@@ -231,30 +298,10 @@ fn list_everything(shared: &Arc<Shared>, bucket: &str, scope: &str) -> Option<Sn
     Snapshot::from_listing(&String::from_utf8_lossy(&body))
 }
 
-/// Answers one request: from an object held whole, or from the store.
-fn answer(shared: &Arc<Shared>, request: &http::Request, out: &mut impl Write) -> io::Result<()> {
+/// Answers one request ([`server::Answering::admit`] admitted it): from an object held
+/// whole, or from the store.
+fn answer(shared: &Arc<Shared>, request: &http::Request, out: &mut dyn Write) -> io::Result<()> {
     let method = request.method.as_str();
-    let signed_by_us = request
-        .header("authorization")
-        .is_some_and(|a| a.contains(&format!("Credential={}/", shared.key_id)));
-    if !signed_by_us {
-        return http::write_error(
-            out,
-            method,
-            403,
-            "AccessDenied",
-            "not signed by this daemon's libtiledb",
-        );
-    }
-    if method != "GET" && method != "HEAD" {
-        return http::write_error(
-            out,
-            method,
-            405,
-            "MethodNotAllowed",
-            "soma-mount only reads: it never writes to the store",
-        );
-    }
     let path = request.path.trim_start_matches('/');
     let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
     let range = request.header("range");
@@ -308,7 +355,16 @@ fn answer(shared: &Arc<Shared>, request: &http::Request, out: &mut impl Write) -
         }
         _ => {
             let mut body = Vec::new();
-            answer.body.read_to_end(&mut body)?;
+            (&mut answer.body)
+                .take(upstream::MOST_UNSIZED_BYTES + 1)
+                .read_to_end(&mut body)?;
+            if body.len() as u64 > upstream::MOST_UNSIZED_BYTES {
+                let why = format!(
+                    "an answer without a length of more than {} bytes",
+                    upstream::MOST_UNSIZED_BYTES
+                );
+                return http::write_error(out, method, 502, "BadGateway", &why);
+            }
             if listing {
                 read_ahead(
                     shared,
@@ -325,9 +381,14 @@ fn answer(shared: &Arc<Shared>, request: &http::Request, out: &mut impl Write) -
 /// Fetches at once the objects a listing names that libtiledb reads next.
 fn read_ahead(shared: &Arc<Shared>, bucket: &str, listing: &[u8], url_encoded: bool) {
     let text = String::from_utf8_lossy(listing);
+    shared.objects.note_listing(bucket, &text, url_encoded);
     for key in objects::read_after_listing(&text, url_encoded) {
         if shared.objects.has(bucket, &key) {
             continue;
+        }
+        if shared.read_ahead.queued() >= MOST_QUEUED_READ_AHEAD {
+            debug!("s3 front: {MOST_QUEUED_READ_AHEAD} objects wait to be read ahead: no more");
+            return;
         }
         let (shared, bucket) = (shared.clone(), bucket.to_owned());
         shared.clone().read_ahead.run(move || {
@@ -340,7 +401,7 @@ fn read_ahead(shared: &Arc<Shared>, bucket: &str, listing: &[u8], url_encoded: b
 
 /// The answer when the store did not answer: a server error, which libtiledb retries, then
 /// reports with this message.
-fn unreachable_store(out: &mut impl Write, method: &str, why: &str) -> io::Result<()> {
+fn unreachable_store(out: &mut dyn Write, method: &str, why: &str) -> io::Result<()> {
     warn!("s3 front: the store did not answer: {why}");
     http::write_error(
         out,
@@ -366,25 +427,56 @@ pub(crate) mod tests {
     struct KeepsNothing;
 
     impl ObjectsKept for KeepsNothing {
-        fn kept(&self, _name: &str) -> Option<Vec<u8>> {
+        fn kept(&self, _name: &str, _version: &str) -> Option<Vec<u8>> {
             None
         }
-        fn keep(&self, _name: &str, _bytes: &[u8]) {}
+        fn keep(&self, _name: &str, _version: &str, _bytes: &[u8]) {}
     }
 
-    /// A front before a store nothing answers for (port 1 of 127.0.0.1).
+    /// A front for bucket `bucket` before a store nothing answers for (port 1 of
+    /// 127.0.0.1).
     fn front_before_nothing() -> Front {
         let settings = owned_pairs(&[
             ("vfs.s3.endpoint_override", "127.0.0.1:1"),
             ("vfs.s3.scheme", "http"),
             ("vfs.s3.no_sign_request", "true"),
         ]);
-        Front::start(&settings, Arc::new(KeepsNothing)).unwrap()
+        Front::start("s3://bucket/store", &settings, Arc::new(KeepsNothing)).unwrap()
+    }
+
+    /// The front's answer to `method path`, signed with `keys` at `unix_seconds`, on a
+    /// connection of its own.
+    fn ask_signed(
+        front: &Front,
+        method: &str,
+        path: &str,
+        keys: &sign::Credentials,
+        unix_seconds: i64,
+    ) -> String {
+        let host = format!("127.0.0.1:{}", front.port);
+        let request = sign::Request {
+            method,
+            host: &host,
+            path,
+            query: &[],
+            headers: &[],
+        };
+        let mut head = format!(
+            "{method} {} HTTP/1.1\r\nHost: {host}\r\n",
+            sign::encode_path(path)
+        );
+        for (name, value) in sign::signed_headers(&request, keys, "us-east-1", unix_seconds) {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        ask(front, &head)
     }
 
     /// The front's answer to `head` (a request without a body), on a connection of its own.
     fn ask(front: &Front, head: &str) -> String {
-        let mut stream = TcpStream::connect(("127.0.0.1", front.port)).unwrap();
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", front.port)).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
         stream
             .write_all(format!("{head}Connection: close\r\n\r\n").as_bytes())
             .unwrap();
@@ -393,32 +485,52 @@ pub(crate) mod tests {
         answer
     }
 
+    fn now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    }
+
     #[test]
-    fn only_reads_signed_with_the_daemons_key_are_served() {
+    fn only_reads_signed_with_the_daemons_secret_for_its_bucket_are_served() {
         let front = front_before_nothing();
-        let signed = format!(
-            "Authorization: AWS4-HMAC-SHA256 Credential={}/20260101/us-east-1/s3/aws4_request\r\n",
-            front.key_id
-        );
+        let keys = front.shared.libtiledb_keys.clone();
         let unsigned = ask(&front, "GET /bucket/key HTTP/1.1\r\n");
         assert!(unsigned.starts_with("HTTP/1.1 403"), "{unsigned}");
-        let other_key = ask(
+        // The key id is no password: a signature made without the secret is refused.
+        let guessed = sign::Credentials {
+            secret_access_key: "soma-mount".into(),
+            ..keys.clone()
+        };
+        let forged = ask_signed(&front, "GET", "/bucket/key", &guessed, now());
+        assert!(forged.starts_with("HTTP/1.1 403"), "{forged}");
+        let zeros = ask(
             &front,
-            "GET /bucket/key HTTP/1.1\r\nAuthorization: AWS4-HMAC-SHA256 Credential=AKIA/x\r\n",
+            &format!(
+                "GET /bucket/key HTTP/1.1\r\nx-amz-date: {}\r\nAuthorization: AWS4-HMAC-SHA256 \
+                 Credential={}/{}/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, \
+                 Signature={}\r\nHost: x\r\n",
+                chrono::Utc::now().format("%Y%m%dT%H%M%SZ"),
+                keys.access_key_id,
+                chrono::Utc::now().format("%Y%m%d"),
+                "0".repeat(64)
+            ),
         );
-        assert!(other_key.starts_with("HTTP/1.1 403"), "{other_key}");
+        assert!(zeros.starts_with("HTTP/1.1 403"), "{zeros}");
+        // A request signed with the secret, replayed outside S3's clock window.
+        let replayed = ask_signed(&front, "GET", "/bucket/k/__meta/x", &keys, now() - 16 * 60);
+        assert!(replayed.starts_with("HTTP/1.1 403"), "{replayed}");
+        assert!(replayed.contains("15 minutes"), "{replayed}");
+        // Another bucket than the store's.
+        let elsewhere = ask_signed(&front, "GET", "/other/k/__meta/x", &keys, now());
+        assert!(elsewhere.starts_with("HTTP/1.1 403"), "{elsewhere}");
         for method in ["PUT", "DELETE", "POST"] {
-            let write = ask(
-                &front,
-                &format!("{method} /bucket/key HTTP/1.1\r\n{signed}"),
-            );
+            let write = ask_signed(&front, method, "/bucket/key", &keys, now());
             assert!(write.starts_with("HTTP/1.1 405"), "{write}");
             assert!(write.contains("never writes to the store"), "{write}");
         }
-        let unreachable = ask(
-            &front,
-            &format!("GET /bucket/k/__meta/x HTTP/1.1\r\n{signed}"),
-        );
+        let unreachable = ask_signed(&front, "GET", "/bucket/k/__meta/x", &keys, now());
         assert!(unreachable.starts_with("HTTP/1.1 503"), "{unreachable}");
         assert!(
             unreachable.contains("could not reach the store"),
@@ -450,8 +562,17 @@ pub(crate) mod tests {
         );
         assert_eq!(get("vfs.s3.scheme"), "http");
         assert_eq!(get("vfs.s3.region"), "us-east-1");
-        assert_eq!(get("vfs.s3.aws_access_key_id"), front.key_id);
+        let keys = &front.shared.libtiledb_keys;
+        assert_eq!(get("vfs.s3.aws_access_key_id"), keys.access_key_id);
+        assert_eq!(get("vfs.s3.aws_secret_access_key"), keys.secret_access_key);
+        assert_eq!(keys.secret_access_key.len(), 64);
         assert_eq!(get("vfs.s3.max_parallel_ops"), "4");
         assert_eq!(get("sm.tile_cache_size"), "0");
+        // Each daemon makes its own.
+        let other = front_before_nothing();
+        assert_ne!(
+            other.shared.libtiledb_keys.secret_access_key,
+            keys.secret_access_key
+        );
     }
 }

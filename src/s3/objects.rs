@@ -15,13 +15,19 @@ use crate::sync::{Recover, SingleFlight};
 use super::upstream::{Unanswered, Upstream};
 
 /// Where the front keeps objects between mounts (the content cache, within
-/// `--cache-size`).
+/// `--cache-size`). An object is kept by its name (the store's endpoint, its bucket and its
+/// key) and its version (the ETag and size the store gave it).
 pub trait ObjectsKept: Send + Sync {
-    /// The bytes kept as `name`, if any.
-    fn kept(&self, name: &str) -> Option<Vec<u8>>;
-    /// Keeps `bytes` as `name`, where there is room (nothing is lost when there is not).
-    fn keep(&self, name: &str, bytes: &[u8]);
+    /// The bytes kept as `name` at `version`, if any.
+    fn kept(&self, name: &str, version: &str) -> Option<Vec<u8>>;
+    /// Keeps `bytes` as `name` at `version`, durably, where there is room (nothing is lost
+    /// when there is not).
+    fn keep(&self, name: &str, version: &str, bytes: &[u8]);
 }
+
+/// The most listed versions remembered; past it, they are forgotten and found again in the
+/// next listings.
+const MOST_LISTED: usize = 200_000;
 
 /// The largest object fetched whole; a larger one is read in the pieces asked for.
 pub const MOST_WHOLE_BYTES: u64 = 8 << 20;
@@ -64,25 +70,56 @@ enum Held {
     TooLarge,
 }
 
-/// Objects fetched whole: in memory for this mount, kept on disk for the next.
+/// Objects fetched whole: in memory for this mount, kept on disk for the next. A kept copy
+/// is read only where a listing of this mount gave the object's ETag and size, and only if
+/// both are the copy's: a copy from another store of the same bucket name, or a damaged
+/// one, is never served.
 pub struct Objects {
     kept: Arc<dyn ObjectsKept>,
+    /// Where the store is (`scheme://host[:port]`): part of every object's name.
+    place: String,
     held: Mutex<(HashMap<String, Held>, usize)>,
+    /// The version (`ETag size`) of each object a listing named, by name.
+    listed: Mutex<HashMap<String, String>>,
     fetching: SingleFlight<String, Result<Fetched, Unanswered>>,
 }
 
 impl Objects {
-    pub fn new(kept: Arc<dyn ObjectsKept>) -> Objects {
+    /// Objects of the store at `place` (`scheme://host[:port]`), kept in `kept`.
+    pub fn new(kept: Arc<dyn ObjectsKept>, place: String) -> Objects {
         Objects {
             kept,
+            place,
             held: Mutex::default(),
+            listed: Mutex::default(),
             fetching: SingleFlight::default(),
+        }
+    }
+
+    /// Notes the ETag and size of each object fetched whole that a listing of `bucket`
+    /// (ListObjectsV2's XML) names.
+    pub fn note_listing(&self, bucket: &str, xml: &str, url_encoded: bool) {
+        let mut listed = self.listed.lock().recover();
+        if listed.len() > MOST_LISTED {
+            listed.clear();
+        }
+        for contents in elements(xml, "Contents") {
+            let field = |tag| elements(contents, tag).next();
+            let (Some(key), Some(etag), Some(size)) = (field("Key"), field("ETag"), field("Size"))
+            else {
+                continue;
+            };
+            let key = decoded(key, url_encoded);
+            if fetched_whole(&key) {
+                let version = version_of(&xml_unescape(etag), size.trim());
+                listed.insert(self.name_of(bucket, &key), version);
+            }
         }
     }
 
     /// Whether the object is at hand, or known too large to fetch whole.
     pub fn has(&self, bucket: &str, key: &str) -> bool {
-        self.at_hand(&name_of(bucket, key)).is_some()
+        self.at_hand(&self.name_of(bucket, key)).is_some()
     }
 
     /// The object at `key`, fetched whole if it is not at hand. Concurrent asks for one
@@ -93,7 +130,7 @@ impl Objects {
         bucket: &str,
         key: &str,
     ) -> Result<Fetched, Unanswered> {
-        let name = name_of(bucket, key);
+        let name = self.name_of(bucket, key);
         if let Some(held) = self.at_hand(&name) {
             return Ok(held);
         }
@@ -102,10 +139,13 @@ impl Objects {
             if let Some(held) = self.at_hand(&name) {
                 return Ok(held);
             }
-            let fetched = fetch_whole(upstream, bucket, key)?;
+            let (fetched, etag) = fetch_whole(upstream, bucket, key)?;
             match &fetched {
                 Fetched::Whole(bytes) => {
-                    self.kept.keep(&name, bytes);
+                    if let Some(etag) = etag {
+                        let version = version_of(&etag, &bytes.len().to_string());
+                        self.kept.keep(&name, &version, bytes);
+                    }
                     self.hold(&name, Held::Whole(bytes.clone()));
                 }
                 Fetched::TooLarge => self.hold(&name, Held::TooLarge),
@@ -121,7 +161,13 @@ impl Objects {
             Some(Held::Whole(bytes)) => Some(Fetched::Whole(bytes)),
             Some(Held::TooLarge) => Some(Fetched::TooLarge),
             None => {
-                let bytes = Arc::new(self.kept.kept(name)?);
+                let version = self.listed.lock().recover().get(name)?.clone();
+                let bytes = self.kept.kept(name, &version)?;
+                let size = version.rsplit_once(' ').map(|(_, size)| size);
+                if size != Some(bytes.len().to_string().as_str()) {
+                    return None;
+                }
+                let bytes = Arc::new(bytes);
                 self.hold(name, Held::Whole(bytes.clone()));
                 Some(Fetched::Whole(bytes))
             }
@@ -146,22 +192,62 @@ impl Objects {
     }
 }
 
-/// The name an object is held and kept by.
-fn name_of(bucket: &str, key: &str) -> String {
-    format!("s3://{bucket}/{key}")
+impl Objects {
+    /// The name an object is held and kept by: where the store is, the bucket, the key.
+    fn name_of(&self, bucket: &str, key: &str) -> String {
+        format!("{}/{bucket}/{key}", self.place)
+    }
 }
 
-/// One request for the whole object: its first [`MOST_WHOLE_BYTES`], which tell its size.
-fn fetch_whole(upstream: &Upstream, bucket: &str, key: &str) -> Result<Fetched, Unanswered> {
+/// An object's version as kept: its ETag (quotes and all, as the store gives it) and size.
+fn version_of(etag: &str, size: &str) -> String {
+    format!("{} {size}", etag.trim())
+}
+
+fn decoded(text: &str, url_encoded: bool) -> String {
+    let text = xml_unescape(text);
+    if url_encoded {
+        super::http::percent_decode(&text, true).unwrap_or(text)
+    } else {
+        text
+    }
+}
+
+/// One request for the whole object: its first [`MOST_WHOLE_BYTES`], which tell its size;
+/// with the ETag the store gave it.
+fn fetch_whole(
+    upstream: &Upstream,
+    bucket: &str,
+    key: &str,
+) -> Result<(Fetched, Option<String>), Unanswered> {
     let range = format!("bytes=0-{}", MOST_WHOLE_BYTES - 1);
     let mut answer = upstream.send("GET", bucket, key, &[], Some(&range))?;
+    let etag = answer.header("etag").map(str::to_owned);
+    Ok((fetched_from(upstream, bucket, key, &mut answer)?, etag))
+}
+
+/// What the answer to the ranged `GET` of [`fetch_whole`] gives of the object.
+fn fetched_from(
+    upstream: &Upstream,
+    bucket: &str,
+    key: &str,
+    answer: &mut super::upstream::Answer,
+) -> Result<Fetched, Unanswered> {
+    // The body, whole: as long as the store said it is (a connection cut short is an error,
+    // never a shorter object).
     let read_body = |answer: &mut super::upstream::Answer| {
         let mut body = Vec::new();
-        answer
-            .body
+        (&mut answer.body)
+            .take(MOST_WHOLE_BYTES + 1)
             .read_to_end(&mut body)
-            .map_err(|e| Unanswered(format!("GET {key}: {e}")))
-            .map(|_| body)
+            .map_err(|e| Unanswered(format!("GET {key}: {e}")))?;
+        match answer.length {
+            Some(length) if length != body.len() as u64 => Err(Unanswered(format!(
+                "GET {key}: the store sent {} of {length} bytes",
+                body.len()
+            ))),
+            _ => Ok(body),
+        }
     };
     match answer.status {
         206 => {
@@ -171,14 +257,14 @@ fn fetch_whole(upstream: &Upstream, bucket: &str, key: &str) -> Result<Fetched, 
                 .and_then(|(_, total)| total.parse::<u64>().ok());
             match total {
                 Some(total) if total <= MOST_WHOLE_BYTES => {
-                    Ok(Fetched::Whole(Arc::new(read_body(&mut answer)?)))
+                    Ok(Fetched::Whole(Arc::new(read_body(answer)?)))
                 }
                 _ => Ok(Fetched::TooLarge),
             }
         }
         200 => match answer.length {
             Some(length) if length <= MOST_WHOLE_BYTES => {
-                Ok(Fetched::Whole(Arc::new(read_body(&mut answer)?)))
+                Ok(Fetched::Whole(Arc::new(read_body(answer)?)))
             }
             _ => Ok(Fetched::TooLarge),
         },
@@ -199,8 +285,8 @@ fn fetch_whole(upstream: &Upstream, bucket: &str, key: &str) -> Result<Fetched, 
         }
         status => Ok(Fetched::Refused {
             status,
-            body: Arc::new(read_body(&mut answer)?),
-            headers: answer.headers,
+            body: Arc::new(read_body(answer)?),
+            headers: std::mem::take(&mut answer.headers),
         }),
     }
 }
@@ -320,6 +406,56 @@ pub fn xml_unescape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Objects kept in memory, by name and version.
+    #[derive(Default)]
+    struct KeptInMemory(Mutex<HashMap<(String, String), Vec<u8>>>);
+
+    impl ObjectsKept for KeptInMemory {
+        fn kept(&self, name: &str, version: &str) -> Option<Vec<u8>> {
+            let kept = self.0.lock().unwrap();
+            kept.get(&(name.to_owned(), version.to_owned())).cloned()
+        }
+        fn keep(&self, name: &str, version: &str, bytes: &[u8]) {
+            let mut kept = self.0.lock().unwrap();
+            kept.insert((name.to_owned(), version.to_owned()), bytes.to_vec());
+        }
+    }
+
+    fn listing(key: &str, etag: &str, size: usize) -> String {
+        format!(
+            "<ListBucketResult><Contents><Key>{key}</Key><ETag>&quot;{etag}&quot;</ETag>\
+             <Size>{size}</Size></Contents></ListBucketResult>"
+        )
+    }
+
+    #[test]
+    fn a_kept_copy_is_served_only_at_the_version_a_listing_gives_from_the_same_store() {
+        let key = "s/obs/__schema/__1_1_abc";
+        let kept = Arc::new(KeptInMemory::default());
+        let place = "http://127.0.0.1:9000";
+        kept.keep(&format!("{place}/b/{key}"), "\"e1\" 5", b"12345");
+        // Before a listing gives its version, the copy is not trusted.
+        let objects = Objects::new(kept.clone(), place.into());
+        assert!(!objects.has("b", key));
+        objects.note_listing("b", &listing(key, "e1", 5), false);
+        assert!(objects.has("b", key));
+        // Another ETag, another size, or the same bucket name at another endpoint: not it.
+        let changed = Objects::new(kept.clone(), place.into());
+        changed.note_listing("b", &listing(key, "e2", 5), false);
+        assert!(!changed.has("b", key));
+        let resized = Objects::new(kept.clone(), place.into());
+        resized.note_listing("b", &listing(key, "e1", 6), false);
+        assert!(!resized.has("b", key));
+        let elsewhere = Objects::new(kept.clone(), "https://s3.us-east-1.amazonaws.com".into());
+        elsewhere.note_listing("b", &listing(key, "e1", 5), false);
+        assert!(!elsewhere.has("b", key));
+        // A copy damaged to another size is not served either.
+        kept.keep(&format!("{place}/b/{key}"), "\"e3\" 5", b"1234");
+        let damaged = Objects::new(kept, place.into());
+        damaged.note_listing("b", &listing(key, "e3", 5), false);
+        assert!(!damaged.has("b", key));
+    }
 
     #[test]
     fn the_files_an_open_reads_are_fetched_whole_and_nothing_else() {

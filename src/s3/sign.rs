@@ -3,6 +3,11 @@
 //! its `Authorization` header. What is signed and how follows AWS's documentation of
 //! SigV4 for S3 ("Authenticating Requests: Using the Authorization Header"), with the
 //! payload's hash sent as `x-amz-content-sha256` (the front only reads: an empty body).
+//! It is also the one place that checks the signature of a request libtiledb sends to the
+//! front ([`verify`]). The `aws-sigv4` crate signs, but it chooses the headers it signs and
+//! has no verifier; checking a client's signature needs the canonical request rebuilt over
+//! exactly the headers the client named, which is the same hundred lines as signing, so both
+//! live here, tested against AWS's published examples.
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -81,22 +86,23 @@ pub fn signed_headers(
         .iter()
         .map(|(name, value)| format!("{name}:{value}\n"))
         .collect();
-    let canonical_request = format!(
-        "{}\n{}\n{}\n{canonical_headers}\n{names}\n{EMPTY_PAYLOAD_SHA256}",
+    let canonical_request = canonical_request(
         request.method,
-        encode_path(request.path),
-        encode_query(request.query),
+        &encode_path(request.path),
+        &encode_query(request.query),
+        &canonical_headers,
+        &names,
+        EMPTY_PAYLOAD_SHA256,
     );
     let scope = format!("{date}/{region}/s3/aws4_request");
-    let string_to_sign = format!(
-        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
-        hex(&Sha256::digest(canonical_request.as_bytes()))
-    );
-    let key = [date, region, "s3", "aws4_request"].iter().fold(
-        format!("AWS4{}", credentials.secret_access_key).into_bytes(),
-        |key, part| hmac(&key, part.as_bytes()),
-    );
-    let signature = hex(&hmac(&key, string_to_sign.as_bytes()));
+    let signature = hex(&signing_mac(
+        &credentials.secret_access_key,
+        &amz_date,
+        &scope,
+        &canonical_request,
+    )
+    .finalize()
+    .into_bytes());
     added.push((
         "authorization",
         format!(
@@ -105,6 +111,173 @@ pub fn signed_headers(
         ),
     ));
     added
+}
+
+/// How far a request's `x-amz-date` may be from the front's clock: S3's own window
+/// (beyond it S3 answers `RequestTimeTooSkewed`).
+pub const CLOCK_WINDOW_SECONDS: i64 = 15 * 60;
+
+/// A request received by the front, as the parts its signature covers.
+pub struct Received<'a> {
+    pub method: &'a str,
+    /// The path as the request line carries it (percent-encoded).
+    pub raw_path: &'a str,
+    /// The path decoded: a key's bytes.
+    pub path: &'a str,
+    /// The query as the request line carries it, without the `?`.
+    pub raw_query: &'a str,
+    /// The query's parameters decoded.
+    pub query: &'a [(String, String)],
+    pub headers: &'a [(String, String)],
+}
+
+/// Why a received request's signature is not the front's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No `Authorization` header of SigV4.
+    Unsigned,
+    /// Signed with another access key.
+    OtherKey,
+    /// An `Authorization` or `x-amz-date` that cannot be read, or a header it names missing.
+    Malformed(&'static str),
+    /// An `x-amz-date` outside [`CLOCK_WINDOW_SECONDS`] of now.
+    OutsideClockWindow,
+    /// A signature that is not the one the secret makes for this request.
+    WrongSignature,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Unsigned => f.write_str("the request is not signed"),
+            Refusal::OtherKey => f.write_str("the request is signed with another key"),
+            Refusal::Malformed(what) => write!(f, "the request's signature is malformed: {what}"),
+            Refusal::OutsideClockWindow => {
+                f.write_str("the request's date is more than 15 minutes from now")
+            }
+            Refusal::WrongSignature => f.write_str("the request's signature does not match"),
+        }
+    }
+}
+
+/// Checks that `received` is signed, at a date within [`CLOCK_WINDOW_SECONDS`] of
+/// `unix_seconds`, by the holder of `secret` under `access_key_id`: the SigV4 signature is
+/// computed again over the request's own method, path, query, the headers it names as signed
+/// and its payload hash, and compared in constant time. The path and query are taken both
+/// as the request line carries them and as S3 encodes them again, so that a client's choice
+/// of encoding for a character S3 leaves open does not matter; either way the signature
+/// covers the request the front serves, which is the decoded one.
+pub fn verify(
+    received: &Received,
+    access_key_id: &str,
+    secret: &str,
+    unix_seconds: i64,
+) -> Result<(), Refusal> {
+    let authorization = super::http::header(received.headers, "authorization")
+        .and_then(|a| a.strip_prefix("AWS4-HMAC-SHA256 "))
+        .ok_or(Refusal::Unsigned)?;
+    let field = |name: &str| {
+        authorization
+            .split(',')
+            .map(str::trim)
+            .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
+    };
+    let credential = field("Credential").ok_or(Refusal::Malformed("no Credential"))?;
+    let signed_names = field("SignedHeaders").ok_or(Refusal::Malformed("no SignedHeaders"))?;
+    let signature = field("Signature")
+        .and_then(unhex)
+        .ok_or(Refusal::Malformed("no Signature of hex digits"))?;
+    let (key_id, scope) = credential
+        .split_once('/')
+        .ok_or(Refusal::Malformed("no scope in Credential"))?;
+    if !constant_time_eq(key_id.as_bytes(), access_key_id.as_bytes()) {
+        return Err(Refusal::OtherKey);
+    }
+    let amz_date = super::http::header(received.headers, "x-amz-date")
+        .ok_or(Refusal::Malformed("no x-amz-date"))?;
+    let signed_at = chrono::NaiveDateTime::parse_from_str(amz_date, "%Y%m%dT%H%M%SZ")
+        .map_err(|_| Refusal::Malformed("an x-amz-date not of the form 20130524T000000Z"))?
+        .and_utc()
+        .timestamp();
+    if (unix_seconds - signed_at).abs() > CLOCK_WINDOW_SECONDS {
+        return Err(Refusal::OutsideClockWindow);
+    }
+    let scope_parts: Vec<&str> = scope.split('/').collect();
+    if scope_parts.len() != 4
+        || scope_parts[0] != &amz_date[..8]
+        || scope_parts[2] != "s3"
+        || scope_parts[3] != "aws4_request"
+    {
+        return Err(Refusal::Malformed("a scope not of this date, for s3"));
+    }
+    let names: Vec<&str> = signed_names.split(';').collect();
+    if !names.contains(&"host") || !names.contains(&"x-amz-date") {
+        return Err(Refusal::Malformed("host or x-amz-date not signed"));
+    }
+    let mut canonical_headers = String::new();
+    for name in &names {
+        let values: Vec<String> = received
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect();
+        if values.is_empty() {
+            return Err(Refusal::Malformed("a signed header is missing"));
+        }
+        canonical_headers.push_str(&format!("{name}:{}\n", values.join(",")));
+    }
+    let payload_hash = super::http::header(received.headers, "x-amz-content-sha256")
+        .unwrap_or(EMPTY_PAYLOAD_SHA256);
+    let mut raw_query: Vec<&str> = (received.raw_query.split('&'))
+        .filter(|p| !p.is_empty())
+        .collect();
+    raw_query.sort();
+    let raw_query: Vec<String> = raw_query
+        .iter()
+        .map(|p| {
+            if p.contains('=') {
+                (*p).to_owned()
+            } else {
+                format!("{p}=")
+            }
+        })
+        .collect();
+    let as_sent = (received.raw_path.to_owned(), raw_query.join("&"));
+    let as_s3_encodes = (encode_path(received.path), encode_query(received.query));
+    let matches = |(uri, query): &(String, String)| {
+        let canonical = canonical_request(
+            received.method,
+            uri,
+            query,
+            &canonical_headers,
+            signed_names,
+            payload_hash,
+        );
+        signing_mac(secret, amz_date, scope, &canonical)
+            .verify_slice(&signature)
+            .is_ok()
+    };
+    if matches(&as_sent) || (as_s3_encodes != as_sent && matches(&as_s3_encodes)) {
+        Ok(())
+    } else {
+        Err(Refusal::WrongSignature)
+    }
+}
+
+/// Whether `a` and `b` are equal, in a time that depends on their lengths only.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// A key's path as S3 signs it and as the request line carries it: every byte but the
@@ -138,6 +311,36 @@ fn encode(text: &str, also_kept: &[u8]) -> String {
         }
     }
     out
+}
+
+/// SigV4's canonical request: the lines that are hashed into the string to sign.
+fn canonical_request(
+    method: &str,
+    canonical_uri: &str,
+    canonical_query: &str,
+    canonical_headers: &str,
+    signed_names: &str,
+    payload_hash: &str,
+) -> String {
+    format!("{method}\n{canonical_uri}\n{canonical_query}\n{canonical_headers}\n{signed_names}\n{payload_hash}")
+}
+
+/// The HMAC that signs `canonical_request` at `amz_date` within `scope`
+/// (`date/region/service/aws4_request`), keyed by the key SigV4 derives from `secret` and
+/// the scope; finalized, it is the signature.
+fn signing_mac(secret: &str, amz_date: &str, scope: &str, canonical_request: &str) -> Hmac<Sha256> {
+    let string_to_sign = format!(
+        "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
+        hex(&Sha256::digest(canonical_request.as_bytes()))
+    );
+    let key = scope
+        .split('/')
+        .fold(format!("AWS4{secret}").into_bytes(), |key, part| {
+            hmac(&key, part.as_bytes())
+        });
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).expect("HMAC accepts any key length");
+    mac.update(string_to_sign.as_bytes());
+    mac
 }
 
 fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
@@ -241,6 +444,216 @@ mod tests {
         assert_eq!(
             encode_query(&query),
             "delimiter=%2F&list-type=2&prefix=pbmc%2Fobs%2F"
+        );
+    }
+
+    /// A request the front receives, as signed by `credentials` at `unix_seconds`.
+    fn received_headers(
+        credentials: &Credentials,
+        path: &str,
+        query: &[(String, String)],
+        unix_seconds: i64,
+    ) -> Vec<(String, String)> {
+        let request = Request {
+            method: "GET",
+            host: "127.0.0.1:9",
+            path,
+            query,
+            headers: &[("Range", "bytes=0-9".into())],
+        };
+        let mut headers: Vec<(String, String)> =
+            signed_headers(&request, credentials, "us-east-1", unix_seconds)
+                .into_iter()
+                .map(|(n, v)| (n.to_owned(), v))
+                .collect();
+        headers.push(("Host".into(), "127.0.0.1:9".into()));
+        headers.push(("Range".into(), "bytes=0-9".into()));
+        headers.push(("User-Agent".into(), "not signed".into()));
+        headers
+    }
+
+    #[test]
+    fn a_request_signed_with_the_secret_is_verified_and_any_change_is_refused() {
+        let credentials = example_credentials();
+        let (key, secret) = (&credentials.access_key_id, &credentials.secret_access_key);
+        let query = [
+            ("prefix".to_owned(), "a key/é+=".to_owned()),
+            ("list-type".to_owned(), "2".to_owned()),
+        ];
+        let path = "/bucket/odd key +%=é/__meta/x";
+        let now = MAY_24_2013;
+        let headers = received_headers(&credentials, path, &query, now);
+        let raw_path = encode_path(path);
+        let raw_query = encode_query(&query);
+        let received = |method: &'static str,
+                        path: &'static str,
+                        headers: &'static [(String, String)]| Received {
+            method,
+            raw_path: Box::leak(encode_path(path).into_boxed_str()),
+            path,
+            raw_query: Box::leak(raw_query.clone().into_boxed_str()),
+            query: Box::leak(Box::new(query.clone())),
+            headers,
+        };
+        let headers: &'static [(String, String)] = Box::leak(headers.into_boxed_slice());
+        assert_eq!(raw_path, received("GET", path, headers).raw_path);
+        assert_eq!(
+            verify(&received("GET", path, headers), key, secret, now),
+            Ok(())
+        );
+        // Within the clock window, either way.
+        assert_eq!(
+            verify(&received("GET", path, headers), key, secret, now + 899),
+            Ok(())
+        );
+        assert_eq!(
+            verify(&received("GET", path, headers), key, secret, now - 899),
+            Ok(())
+        );
+        // A replay outside it.
+        assert_eq!(
+            verify(&received("GET", path, headers), key, secret, now + 901),
+            Err(Refusal::OutsideClockWindow)
+        );
+        // Another secret, another method, another path.
+        assert_eq!(
+            verify(&received("GET", path, headers), key, "guessed", now),
+            Err(Refusal::WrongSignature)
+        );
+        assert_eq!(
+            verify(&received("HEAD", path, headers), key, secret, now),
+            Err(Refusal::WrongSignature)
+        );
+        assert_eq!(
+            verify(&received("GET", "/bucket/other", headers), key, secret, now),
+            Err(Refusal::WrongSignature)
+        );
+        // A signed header changed; an unsigned one changes nothing.
+        let with = |name: &str, value: &str| -> &'static [(String, String)] {
+            let mut changed: Vec<(String, String)> = headers.to_vec();
+            for (n, v) in changed.iter_mut() {
+                if n.eq_ignore_ascii_case(name) {
+                    *v = value.to_owned();
+                }
+            }
+            Box::leak(changed.into_boxed_slice())
+        };
+        assert_eq!(
+            verify(
+                &received("GET", path, with("Range", "bytes=0-99")),
+                key,
+                secret,
+                now
+            ),
+            Err(Refusal::WrongSignature)
+        );
+        assert_eq!(
+            verify(
+                &received("GET", path, with("User-Agent", "x")),
+                key,
+                secret,
+                now
+            ),
+            Ok(())
+        );
+        // The key id with a signature of zeros; another key id; no signature at all.
+        let authorization = &headers
+            .iter()
+            .find(|(n, _)| n == "authorization")
+            .unwrap()
+            .1;
+        let zeros = format!(
+            "{}Signature={}",
+            &authorization[..authorization.find("Signature=").unwrap()],
+            "0".repeat(64)
+        );
+        assert_eq!(
+            verify(
+                &received("GET", path, with("authorization", &zeros)),
+                key,
+                secret,
+                now
+            ),
+            Err(Refusal::WrongSignature)
+        );
+        assert_eq!(
+            verify(&received("GET", path, headers), "AKIAOTHER", secret, now),
+            Err(Refusal::OtherKey)
+        );
+        let unsigned: Vec<(String, String)> = headers
+            .iter()
+            .filter(|(n, _)| n != "authorization")
+            .cloned()
+            .collect();
+        assert_eq!(
+            verify(
+                &received("GET", path, Box::leak(unsigned.into_boxed_slice())),
+                key,
+                secret,
+                now
+            ),
+            Err(Refusal::Unsigned)
+        );
+        assert!(matches!(
+            verify(
+                &received("GET", path, with("x-amz-date", "yesterday")),
+                key,
+                secret,
+                now
+            ),
+            Err(Refusal::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn a_path_encoded_otherwise_by_the_client_is_verified_as_sent() {
+        // A client that leaves `=` and `+` as they are in the request line, and signs that.
+        let credentials = example_credentials();
+        let now = MAY_24_2013;
+        let amz_date = "20130524T000000Z";
+        let scope = "20130524/us-east-1/s3/aws4_request";
+        let canonical_headers = format!("host:h\nx-amz-date:{amz_date}\n");
+        let canonical = canonical_request(
+            "GET",
+            "/b/k+=",
+            "",
+            &canonical_headers,
+            "host;x-amz-date",
+            EMPTY_PAYLOAD_SHA256,
+        );
+        let signature =
+            hex(
+                &signing_mac(&credentials.secret_access_key, amz_date, scope, &canonical)
+                    .finalize()
+                    .into_bytes(),
+            );
+        let headers = vec![
+            ("Host".to_owned(), "h".to_owned()),
+            ("X-Amz-Date".to_owned(), amz_date.to_owned()),
+            (
+                "Authorization".to_owned(),
+                format!(
+                    "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders=host;x-amz-date, Signature={signature}",
+                    credentials.access_key_id
+                ),
+            ),
+        ];
+        let received = Received {
+            method: "GET",
+            raw_path: "/b/k+=",
+            path: "/b/k+=",
+            raw_query: "",
+            query: &[],
+            headers: &headers,
+        };
+        assert_eq!(
+            verify(
+                &received,
+                &credentials.access_key_id,
+                &credentials.secret_access_key,
+                now
+            ),
+            Ok(())
         );
     }
 }

@@ -1,6 +1,9 @@
 //! The front's side toward the object store: where a bucket's objects are (the endpoint,
 //! the scheme, virtual-hosted or path-style addressing, the region), read from the same
-//! libtiledb settings and environment the user gave, and requests sent there, signed.
+//! libtiledb settings and environment the user gave, and requests sent there, signed with
+//! the user's keys ([`super::credentials`]). A request goes only to the store's endpoint:
+//! bucket names are checked by S3's rules before they become part of a host name, and
+//! every URL is built by a URL type and its host checked against the one intended.
 
 use std::io::Read;
 use std::path::Path;
@@ -10,7 +13,8 @@ use std::time::Duration;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::CertificateDer;
 
-use super::sign::{self, Credentials};
+use super::credentials::Keys;
+use super::sign;
 
 /// Where the objects are, and how requests to them are signed.
 pub struct Upstream {
@@ -19,10 +23,13 @@ pub struct Upstream {
     endpoint: Option<String>,
     region: String,
     virtual_addressing: bool,
-    /// `None` sends requests unsigned (`vfs.s3.no_sign_request`, a public bucket).
-    credentials: Option<Credentials>,
+    keys: Keys,
     agent: ureq::Agent,
 }
+
+/// The most bytes of an answer without a length that the front reads (a listing, an
+/// error): S3's pages of 1,000 keys are well under a megabyte.
+pub const MOST_UNSIZED_BYTES: u64 = 16 << 20;
 
 /// An answer from the object store.
 pub struct Answer {
@@ -49,8 +56,9 @@ const FRAMING: [&str; 6] = [
 ];
 
 /// libtiledb's settings the front reads to reach the store; any other `vfs.s3.` setting
-/// that changes how requests are sent or signed (a proxy, a role) means the front cannot
-/// stand in for libtiledb, which then talks to the store itself.
+/// that changes how requests are sent or signed (a proxy, a role given to libtiledb) means
+/// the front cannot stand in for libtiledb, which then talks to the store itself. Every
+/// `vfs.s3.` setting is in this list or in [`LIBTILEDB_SIDE`]: a new one must be decided.
 const UNDERSTOOD: [&str; 13] = [
     "vfs.s3.endpoint_override",
     "vfs.s3.scheme",
@@ -96,14 +104,13 @@ const LIBTILEDB_SIDE: [&str; 13] = [
 ];
 
 impl Upstream {
-    /// The store as the settings (`--config`) and the environment (`AWS_ACCESS_KEY_ID`,
-    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_DEFAULT_REGION`)
-    /// describe it, or why the front cannot reach it as libtiledb would: where the keys or
-    /// the region would come from an AWS profile (`~/.aws/`), a role or instance metadata,
-    /// which libtiledb's AWS client reads itself.
+    /// The store as the settings (`--config`) and the environment describe it, with the
+    /// user's keys found as libtiledb and the AWS SDK find them; or why the front cannot
+    /// reach it as libtiledb would. `runtime` runs the AWS SDK's credential chain.
     pub fn from_settings(
         settings: &[(String, String)],
         env: impl Fn(&str) -> Option<String>,
+        runtime: &tokio::runtime::Handle,
     ) -> Result<Upstream, String> {
         let setting = |key: &str| {
             settings
@@ -125,47 +132,17 @@ impl Upstream {
                 return Err(format!("{key} is false"));
             }
         }
-        let truthy = |v: Option<String>| v.is_some_and(|v| v == "true" || v == "1");
-        let credentials = if truthy(setting("vfs.s3.no_sign_request")) {
-            None
-        } else {
-            let from_settings = setting("vfs.s3.aws_access_key_id")
-                .zip(setting("vfs.s3.aws_secret_access_key"))
-                .map(|(id, secret)| (id, secret, setting("vfs.s3.aws_session_token")));
-            let from_env = || {
-                env("AWS_ACCESS_KEY_ID")
-                    .zip(env("AWS_SECRET_ACCESS_KEY"))
-                    .map(|(id, secret)| (id, secret, env("AWS_SESSION_TOKEN")))
-            };
-            let (access_key_id, secret_access_key, session_token) =
-                from_settings.or_else(from_env).ok_or(
-                    "no keys in --config or in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
-                     (libtiledb finds profiles and roles itself)",
-                )?;
-            Some(Credentials {
-                access_key_id,
-                secret_access_key,
-                session_token: session_token.filter(|t| !t.is_empty()),
-            })
-        };
         let region = match setting("vfs.s3.region")
             .or_else(|| env("AWS_REGION"))
             .or_else(|| env("AWS_DEFAULT_REGION"))
-            .filter(|r| !r.is_empty())
         {
             Some(region) => region,
-            None if aws_config_file(&env).is_file() => {
-                return Err(format!(
-                    "no vfs.s3.region or AWS_REGION, and {} may name one",
-                    aws_config_file(&env).display()
-                ))
-            }
-            None => "us-east-1".to_owned(),
+            None => profile_region(runtime).unwrap_or_else(|| "us-east-1".to_owned()),
         };
-        let scheme = setting("vfs.s3.scheme").unwrap_or_else(|| "https".to_owned());
-        if scheme != "http" && scheme != "https" {
-            return Err(format!("vfs.s3.scheme is {scheme:?}"));
-        }
+        let (scheme, endpoint) = endpoint_and_scheme(
+            setting("vfs.s3.endpoint_override").as_deref(),
+            setting("vfs.s3.scheme").as_deref(),
+        )?;
         let millis = |key: &str, default: u64| {
             setting(key)
                 .and_then(|v| v.parse::<u64>().ok())
@@ -183,16 +160,31 @@ impl Upstream {
             .max_idle_connections_per_host(64)
             .redirects(0)
             .build();
+        let keys = Keys::find(&setting, &env, &region, runtime)?;
         Ok(Upstream {
             scheme,
-            endpoint: setting("vfs.s3.endpoint_override")
-                .map(|e| e.trim_end_matches('/').to_owned()),
+            endpoint,
             region,
             virtual_addressing: setting("vfs.s3.use_virtual_addressing")
                 .is_none_or(|v| v == "true"),
-            credentials,
+            keys,
             agent,
         })
+    }
+
+    /// Where the store is, as `scheme://host[:port]`: what tells two stores with buckets of
+    /// one name apart.
+    pub fn place(&self) -> String {
+        let server = self
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| format!("s3.{}.amazonaws.com", self.region));
+        format!("{}://{server}", self.scheme)
+    }
+
+    /// Where the keys the front signs with were found.
+    pub fn keys_found_in(&self) -> &str {
+        self.keys.found_in()
     }
 
     /// The region requests are signed for.
@@ -201,21 +193,43 @@ impl Upstream {
     }
 
     /// The host and path at which `key` of `bucket` (a decoded key, empty for the bucket
-    /// itself) is asked for.
-    fn address(&self, bucket: &str, key: &str) -> (String, String) {
+    /// itself) is asked for, once the bucket's name is found to be one S3 allows.
+    fn address(&self, bucket: &str, key: &str) -> Result<(String, String), String> {
         let server = self
             .endpoint
             .clone()
             .unwrap_or_else(|| format!("s3.{}.amazonaws.com", self.region));
         // A bucket named with dots cannot be a host name under AWS's certificate.
-        let hosted = self.virtual_addressing && !bucket.is_empty() && !bucket.contains('.');
-        if hosted {
+        let hosted = self.virtual_addressing && !bucket.contains('.');
+        check_bucket(bucket, hosted)?;
+        Ok(if hosted {
             (format!("{bucket}.{server}"), format!("/{key}"))
         } else if key.is_empty() {
             (server, format!("/{bucket}"))
         } else {
             (server, format!("/{bucket}/{key}"))
+        })
+    }
+
+    /// The URL of `key` of `bucket` with `query`, and the host it is sent to (as signed):
+    /// built by the URL type, and refused unless its host is the one intended.
+    fn url(
+        &self,
+        bucket: &str,
+        key: &str,
+        query: &[(String, String)],
+    ) -> Result<(url::Url, String, String), String> {
+        let (host, path) = self.address(bucket, key)?;
+        let mut url = url::Url::parse(&format!("{}://{host}/", self.scheme))
+            .map_err(|e| format!("not a host: {host:?}: {e}"))?;
+        url.set_path(&sign::encode_path(&path));
+        if !query.is_empty() {
+            url.set_query(Some(&sign::encode_query(query)));
         }
+        if !is_host(&url, &host) || url.path() != sign::encode_path(&path) {
+            return Err(format!("{bucket:?} would send a request elsewhere ({url})"));
+        }
+        Ok((url, host, path))
     }
 
     /// Sends a `GET` or `HEAD` of `key` (with `query` and an optional `Range`), signed.
@@ -227,19 +241,18 @@ impl Upstream {
         query: &[(String, String)],
         range: Option<&str>,
     ) -> Result<Answer, Unanswered> {
-        let (host, path) = self.address(bucket, key);
-        let mut url = format!("{}://{host}{}", self.scheme, sign::encode_path(&path));
-        if !query.is_empty() {
-            url.push('?');
-            url.push_str(&sign::encode_query(query));
-        }
-        let mut request = self.agent.request(method, &url).set("Host", &host);
+        let (url, host, path) = self
+            .url(bucket, key, query)
+            .map_err(|why| Unanswered(format!("{method}: {why}")))?;
+        let mut request = self.agent.request_url(method, &url).set("Host", &host);
         let range_header: Vec<(&str, String)> =
             range.map(|r| ("Range", r.to_owned())).into_iter().collect();
         for (name, value) in &range_header {
             request = request.set(name, value);
         }
-        if let Some(credentials) = &self.credentials {
+        let credentials = (self.keys.current())
+            .map_err(|why| Unanswered(format!("{method} {bucket}/{key}: {why}")))?;
+        if let Some(credentials) = &credentials {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);
@@ -280,6 +293,94 @@ impl Upstream {
             body: Box::new(response.into_reader()),
         })
     }
+}
+
+/// Whether `bucket` is a name S3 gives a bucket: 3 to 63 lowercase letters, digits, dots
+/// and hyphens, starting and ending with a letter or digit, without `..` and not an IP
+/// address; where it is not `hosted` (path-style addressing), the uppercase letters and
+/// underscores of us-east-1's legacy names too. Nothing else is ever put in a host name or
+/// a path's first segment.
+pub fn check_bucket(bucket: &str, hosted: bool) -> Result<(), String> {
+    let allowed = |c: char| {
+        c.is_ascii_lowercase()
+            || c.is_ascii_digit()
+            || c == '.'
+            || c == '-'
+            || (!hosted && (c.is_ascii_uppercase() || c == '_'))
+    };
+    let bytes = bucket.as_bytes();
+    let well_formed = (3..=63).contains(&bucket.len())
+        && bucket.chars().all(allowed)
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && !bucket.contains("..")
+        && bucket.parse::<std::net::Ipv4Addr>().is_err();
+    if well_formed {
+        Ok(())
+    } else {
+        Err(format!("{bucket:?} is not a bucket name S3 allows"))
+    }
+}
+
+/// Whether `url` goes to `host` (`name[:port]`), and nowhere else.
+fn is_host(url: &url::Url, host: &str) -> bool {
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) if port.parse::<u16>().is_ok() => (name, port.parse::<u16>().ok()),
+        _ => (host, None),
+    };
+    url.host_str().is_some_and(|h| h.eq_ignore_ascii_case(name))
+        && url.port_or_known_default()
+            == port.or_else(|| {
+                url::Url::parse(&format!("{}://x/", url.scheme()))
+                    .ok()?
+                    .port_or_known_default()
+            })
+}
+
+/// The scheme and the `host[:port]` of `vfs.s3.endpoint_override`, which may carry a
+/// scheme of its own (`http://host:9000`, as the AWS SDK takes it); `scheme` otherwise,
+/// `https` by default.
+fn endpoint_and_scheme(
+    endpoint: Option<&str>,
+    scheme: Option<&str>,
+) -> Result<(String, Option<String>), String> {
+    let mut scheme = scheme.unwrap_or("https").to_owned();
+    let endpoint = match endpoint {
+        None => None,
+        Some(endpoint) => {
+            let (given_scheme, rest) = match endpoint.split_once("://") {
+                Some((given, rest)) => (Some(given), rest),
+                None => (None, endpoint),
+            };
+            if let Some(given) = given_scheme {
+                scheme = given.to_ascii_lowercase();
+            }
+            let host = rest.trim_end_matches('/');
+            let url = url::Url::parse(&format!("http://{host}/"))
+                .map_err(|e| format!("vfs.s3.endpoint_override {endpoint:?}: {e}"))?;
+            if url.path() != "/" || url.query().is_some() || !url.username().is_empty() {
+                return Err(format!(
+                    "vfs.s3.endpoint_override {endpoint:?} has a path: the front reaches a \
+                     host and port"
+                ));
+            }
+            Some(host.to_owned())
+        }
+    };
+    if scheme != "http" && scheme != "https" {
+        return Err(format!("vfs.s3.scheme is {scheme:?}"));
+    }
+    Ok((scheme, endpoint))
+}
+
+/// The region the user's AWS profile names (`AWS_PROFILE`, in `AWS_CONFIG_FILE` or
+/// `~/.aws/config`), as the AWS SDK reads it.
+fn profile_region(runtime: &tokio::runtime::Handle) -> Option<String> {
+    use aws_config::meta::region::ProvideRegion;
+    let provider = aws_config::profile::ProfileFileRegionProvider::new();
+    runtime
+        .block_on(provider.region())
+        .map(|region| region.to_string())
 }
 
 /// TLS toward the store, trusting the certificate authorities libtiledb trusts:
@@ -329,15 +430,6 @@ fn tls_config(
     Ok(Arc::new(config))
 }
 
-/// The AWS configuration file, where a profile's region is: `AWS_CONFIG_FILE`, else
-/// `~/.aws/config`.
-fn aws_config_file(env: &impl Fn(&str) -> Option<String>) -> std::path::PathBuf {
-    env("AWS_CONFIG_FILE")
-        .or_else(|| env("HOME").map(|home| format!("{home}/.aws/config")))
-        .unwrap_or_default()
-        .into()
-}
-
 impl Answer {
     /// The value of header `name` (any case).
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -351,51 +443,159 @@ mod tests {
 
     use crate::s3::tests::owned_pairs as settings;
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    fn upstream(
+        pairs: &[(&str, &str)],
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Upstream, String> {
+        Upstream::from_settings(&settings(pairs), env, runtime().handle())
+    }
+
+    const KEYS: [(&str, &str); 2] = [
+        ("vfs.s3.aws_access_key_id", "id"),
+        ("vfs.s3.aws_secret_access_key", "secret"),
+    ];
+
     #[test]
     fn a_store_is_addressed_as_libtiledb_addresses_it() {
         let no_env = |_: &str| None;
-        let aws = Upstream::from_settings(
-            &settings(&[
+        let aws = upstream(
+            &[
                 ("vfs.s3.no_sign_request", "true"),
                 ("vfs.s3.region", "us-west-2"),
-            ]),
+            ],
             no_env,
         )
         .unwrap();
         assert_eq!(
-            aws.address("cellxgene-census", "a/b"),
+            aws.address("cellxgene-census", "a/b").unwrap(),
             (
                 "cellxgene-census.s3.us-west-2.amazonaws.com".into(),
                 "/a/b".into()
             )
         );
         assert_eq!(
-            aws.address("with.dots", "a"),
+            aws.address("with.dots", "a").unwrap(),
             ("s3.us-west-2.amazonaws.com".into(), "/with.dots/a".into())
         );
-        let local = Upstream::from_settings(
-            &settings(&[
+        let local = upstream(
+            &[
                 ("vfs.s3.endpoint_override", "127.0.0.1:9000"),
                 ("vfs.s3.use_virtual_addressing", "false"),
                 ("vfs.s3.scheme", "http"),
-            ]),
-            |name| (name.starts_with("AWS_")).then(|| "x".to_owned()),
+                KEYS[0],
+                KEYS[1],
+            ],
+            no_env,
         )
         .unwrap();
         assert_eq!(
-            local.address("b", ""),
-            ("127.0.0.1:9000".into(), "/b".into())
+            local.address("b12", "").unwrap(),
+            ("127.0.0.1:9000".into(), "/b12".into())
         );
+        let (url, host, _) = local.url("b12", "a key/é+=", &[]).unwrap();
         assert_eq!(
-            local.address("b", "k"),
-            ("127.0.0.1:9000".into(), "/b/k".into())
+            url.as_str(),
+            "http://127.0.0.1:9000/b12/a%20key/%C3%A9%2B%3D"
         );
-        assert_eq!(local.credentials.as_ref().unwrap().access_key_id, "x");
+        assert_eq!(host, "127.0.0.1:9000");
+        assert_eq!(local.keys_found_in(), "--config");
+    }
+
+    #[test]
+    fn an_endpoint_with_a_scheme_is_understood() {
+        let with_scheme = upstream(
+            &[
+                ("vfs.s3.endpoint_override", "http://127.0.0.1:9000/"),
+                ("vfs.s3.use_virtual_addressing", "false"),
+                KEYS[0],
+                KEYS[1],
+            ],
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(with_scheme.scheme, "http");
+        assert_eq!(with_scheme.endpoint.as_deref(), Some("127.0.0.1:9000"));
+        let (url, _, _) = with_scheme.url("bucket", "k", &[]).unwrap();
+        assert_eq!(url.as_str(), "http://127.0.0.1:9000/bucket/k");
+        assert!(upstream(
+            &[("vfs.s3.endpoint_override", "ftp://h"), KEYS[0], KEYS[1]],
+            |_| None
+        )
+        .is_err());
+        assert!(upstream(
+            &[
+                ("vfs.s3.endpoint_override", "h:9000/path"),
+                KEYS[0],
+                KEYS[1]
+            ],
+            |_| None
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn requests_go_only_to_the_stores_endpoint() {
+        let hosted = upstream(
+            &[
+                ("vfs.s3.endpoint_override", "s3.example.org:9000"),
+                ("vfs.s3.scheme", "http"),
+                KEYS[0],
+                KEYS[1],
+            ],
+            |_| None,
+        )
+        .unwrap();
+        for bucket in [
+            "evil.com#",
+            "evil%2Ecom#",
+            "evil.com/",
+            "a",
+            "UPPER",
+            "under_score",
+            "-dash",
+            "dots..",
+            "192.168.0.1",
+            "user@host",
+            "host:1",
+            &"x".repeat(64),
+        ] {
+            assert!(hosted.url(bucket, "k", &[]).is_err(), "{bucket}");
+            let answered = hosted.send("GET", bucket, "k", &[], None);
+            assert!(answered.is_err(), "{bucket}");
+        }
+        let (url, host, path) = hosted.url("my-bucket.1", "k", &[]).unwrap();
+        assert_eq!(url.host_str(), Some("s3.example.org"));
+        assert_eq!(
+            (host.as_str(), path.as_str()),
+            ("s3.example.org:9000", "/my-bucket.1/k")
+        );
+        // Path-style addressing takes us-east-1's legacy names too, never in a host name.
+        let path_style = upstream(
+            &[("vfs.s3.use_virtual_addressing", "false"), KEYS[0], KEYS[1]],
+            |_| None,
+        )
+        .unwrap();
+        let (url, _, _) = path_style.url("Legacy_Bucket", "k", &[]).unwrap();
+        assert_eq!(
+            url.as_str(),
+            "https://s3.us-east-1.amazonaws.com/Legacy_Bucket/k"
+        );
+        assert!(path_style.url("evil.com#", "k", &[]).is_err());
     }
 
     #[test]
     fn settings_the_front_cannot_follow_leave_libtiledb_to_itself() {
-        let keys = |_: &str| Some("k".to_owned());
+        let keys = |name: &str| {
+            name.starts_with("AWS_ACCESS_KEY_ID")
+                .then(|| "k".to_owned())
+        };
         for pairs in [
             &[("vfs.s3.proxy_host", "p")][..],
             &[("vfs.s3.aws_role_arn", "arn")],
@@ -405,53 +605,36 @@ mod tests {
             &[("vfs.s3.ca_file", "/nonexistent/ca.pem")],
             &[("ssl.ca_path", "/nonexistent")],
         ] {
-            assert!(
-                Upstream::from_settings(&settings(pairs), keys).is_err(),
-                "{pairs:?}"
-            );
+            let mut pairs = pairs.to_vec();
+            pairs.extend(KEYS);
+            assert!(upstream(&pairs, keys).is_err(), "{pairs:?}");
         }
-        assert!(
-            Upstream::from_settings(&[], |_| None).is_err(),
-            "no keys at all"
-        );
-        assert!(
-            Upstream::from_settings(&settings(&[("vfs.s3.max_parallel_ops", "4")]), keys).is_ok()
-        );
+        assert!(upstream(&[("vfs.s3.max_parallel_ops", "4"), KEYS[0], KEYS[1]], keys).is_ok());
         // A CA directory holding no certificate.
         let empty = std::env::temp_dir().join(format!("soma-mount-ca-{}", std::process::id()));
         std::fs::create_dir_all(&empty).unwrap();
         std::fs::write(empty.join("README"), "no certificate here").unwrap();
-        let ca_path = settings(&[("vfs.s3.ca_path", empty.to_str().unwrap())]);
-        let refused = Upstream::from_settings(&ca_path, keys).err().unwrap();
+        let refused = upstream(
+            &[
+                ("vfs.s3.ca_path", empty.to_str().unwrap()),
+                KEYS[0],
+                KEYS[1],
+            ],
+            keys,
+        )
+        .err()
+        .unwrap();
         assert!(refused.contains("no certificate"), "{refused}");
         std::fs::remove_dir_all(&empty).unwrap();
     }
 
     #[test]
-    fn a_region_a_profile_may_name_leaves_libtiledb_to_itself() {
-        let home = std::env::temp_dir().join(format!("soma-mount-aws-{}", std::process::id()));
-        std::fs::create_dir_all(home.join(".aws")).unwrap();
-        std::fs::write(home.join(".aws/config"), "[default]\nregion = eu-west-1\n").unwrap();
-        let env = |name: &str| match name {
-            "HOME" => Some(home.display().to_string()),
-            "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => Some("k".to_owned()),
-            _ => None,
-        };
-        let refused = Upstream::from_settings(&[], env).err().unwrap();
-        assert!(refused.contains(".aws/config"), "{refused}");
-        let region = settings(&[("vfs.s3.region", "eu-west-1")]);
-        assert_eq!(
-            Upstream::from_settings(&region, env).unwrap().region,
-            "eu-west-1"
-        );
-        let env_region = |name: &str| match name {
-            "AWS_REGION" => Some("ap-south-1".to_owned()),
-            other => env(other),
-        };
-        assert_eq!(
-            Upstream::from_settings(&[], env_region).unwrap().region,
-            "ap-south-1"
-        );
-        std::fs::remove_dir_all(&home).unwrap();
+    fn the_region_is_the_settings_the_environments_or_else_us_east_1() {
+        let region = upstream(&[("vfs.s3.region", "eu-west-1"), KEYS[0], KEYS[1]], |_| {
+            None
+        });
+        assert_eq!(region.unwrap().region, "eu-west-1");
+        let env_region = |name: &str| (name == "AWS_REGION").then(|| "ap-south-1".to_owned());
+        assert_eq!(upstream(&KEYS, env_region).unwrap().region, "ap-south-1");
     }
 }
