@@ -8,10 +8,11 @@ through the front, which signs them again with the user's keys; the store is s3s
 from tiledbsoma reading the same S3 URIs (test_remote.py's comparisons) and from the contract
 of the issue:
 
-1. Content: every file of a store reads as tiledbsoma reads it; keys with spaces, unicode,
-   `+`, `%` and `=` in their names; path-style and virtual-hosted addressing (names in
-   /etc/hosts made by the test); an array whose listings span more than one page of 1,000
-   keys.
+1. Content: every object of a store (its metadata.json, schema.json, data.csv and
+   data.parquet) reads as tiledbsoma reads it; keys with spaces, unicode, `+`, `%` and `=`
+   in their names; path-style and virtual-hosted addressing (names in /etc/hosts made by
+   the test), an endpoint with its scheme; an array whose listings span more than one page
+   of 1,000 keys.
 2. Faults between the front and the store (faultproxy.py): 503 ServiceUnavailable and
    SlowDown are retried, a ranged answer cut short is read again: files are whole.
 3. As another process: requests not signed with the front's own key are refused (403),
