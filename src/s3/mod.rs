@@ -155,7 +155,9 @@ impl Front {
             return;
         };
         let dir = key.trim_end_matches('/');
-        if dir.is_empty() {
+        // Nothing is listed for another bucket than the store's (a member that names one is
+        // refused when libtiledb asks for it).
+        if dir.is_empty() || bucket != self.shared.bucket {
             return;
         }
         let scope = match object {

@@ -388,7 +388,7 @@ fn profile_region(runtime: &tokio::runtime::Handle) -> Option<String> {
 /// `ssl.ca_path`); when neither is set, the system's CA file, the first of
 /// [`SYSTEM_CA_FILES`] there is; on a system without one, the Mozilla roots webpki-roots
 /// carries. A CA file or directory that holds no certificate it can read is an error (the
-/// front then stands aside, and libtiledb reports what it makes of it).
+/// front does not stand in, and libtiledb reports what it makes of it).
 fn tls_config(
     setting: &impl Fn(&str) -> Option<String>,
 ) -> Result<Arc<rustls::ClientConfig>, String> {

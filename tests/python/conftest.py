@@ -33,6 +33,11 @@ MOUNT_TIMEOUT = 15.0
 # that a slow or busy machine (CI shares two cores with everything it runs) does not fail
 # them: SOMA_TEST_TIME_MARGIN (default 3) multiplies each bound.
 TIME_MARGIN = float(os.environ.get("SOMA_TEST_TIME_MARGIN", "3"))
+
+# Nothing the tests start probes EC2's instance metadata (a link-local address, not this
+# machine): the AWS SDK's credential chain, in the daemon and in libtiledb, asks it last.
+# A test of that source points AWS_EC2_METADATA_SERVICE_ENDPOINT at a fake on loopback.
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 EXIT_TIMEOUT = 10.0
 STAMP = ".fixtures-stamp"
 
