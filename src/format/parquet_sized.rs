@@ -56,7 +56,8 @@ struct Layout {
     page_rows: u64,
 }
 
-const LAYOUT: Layout = Layout {
+/// The row groups and pages every sized file is cut into.
+const ROW_CUTS: Layout = Layout {
     group_rows: GROUP_ROWS,
     page_rows: PAGE_ROWS,
 };
@@ -294,7 +295,7 @@ impl SizedParquet {
     /// or not of a fixed-width type the file holds (booleans, integers, floats), or there are
     /// no columns.
     pub fn of(schema: &Schema, rows: u64) -> Option<SizedParquet> {
-        SizedParquet::with_layout(schema, rows, LAYOUT)
+        SizedParquet::with_layout(schema, rows, ROW_CUTS)
     }
 
     fn with_layout(schema: &Schema, rows: u64, layout: Layout) -> Option<SizedParquet> {

@@ -1,5 +1,5 @@
 """Reference model for soma-mount's data files (data.csv, data.tsv, data.jsonl,
-data.parquet, data.npy; LAYOUT.md "Files in an array directory", "Value formatting").
+data.parquet, data.npy; docs/REFERENCE.md "Files in an array directory", "Value formatting").
 
 The expected rows come from tiledbsoma (tiledb-py for plain TileDB arrays); the
 expected text of each value comes from a small formatter written here from the

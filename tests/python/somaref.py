@@ -152,7 +152,7 @@ class F32(float):
 
 def norm_value(v: Any) -> Any:
     """Normalise a metadata value as tiledbsoma/tiledb-py return it into the JSON value
-    soma-mount must show (LAYOUT.md, metadata.json)."""
+    soma-mount must show (docs/REFERENCE.md, metadata.json)."""
     if isinstance(v, (bool, np.bool_)):
         return bool(v)
     if isinstance(v, (int, np.integer)):
@@ -343,7 +343,7 @@ def _domain_value(v, arrow_type):
 
 def domain_value_equal(actual, expected) -> bool:
     """Index-column domain bounds: as json_equal, except timestamps, whose JSON form
-    LAYOUT.md does not fix: accept the integer count of the column's unit since the
+    docs/REFERENCE.md does not fix: accept the integer count of the column's unit since the
     epoch, or an ISO 8601 / RFC 3339 string of the same instant."""
     if isinstance(expected, pa.TimestampScalar):
         if isinstance(actual, int) and not isinstance(actual, bool):

@@ -1,4 +1,4 @@
-"""The content cache at its limits (issue 36): a file larger than the cache's file system,
+"""The content cache at its limits: a file larger than the cache's file system,
 or than `--cache-size`, is still read whole, every byte, as tiledbsoma reads the array;
 nothing partial is cached; the cache stays under `--cache-size` while a large file is
 written into it; the daemon lives on.

@@ -1,4 +1,4 @@
-"""Integration tests for the data files of every array directory (issue 3):
+"""Integration tests for the data files of every array directory:
 data.csv, data.tsv, data.jsonl, data.parquet and data.npy, parsed back and compared
 value for value, in order, with what tiledbsoma reads (tiledb-py for plain TileDB
 arrays). See dataref.py for the reference rows and the expected text of each value.

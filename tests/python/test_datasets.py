@@ -1,5 +1,5 @@
 """slices/<format>/ as datasets, and size-trusting readers on the first read of a fresh mount
-(LAYOUT.md, "Slices and datasets", "Legacy single-cell layout", "Sizes and reads").
+(docs/REFERENCE.md, "Slices and datasets", "Legacy single-cell layout", "Sizes and reads").
 
 `<array>/slices/` lists one directory per format (csv/, tsv/, parquet/, jsonl/), each the array
 cut along its first index column into chunks `A-B.<ext>` of about --chunk-cells stored cells;
@@ -219,7 +219,7 @@ def plain_table(t: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def parse_chunk(data: bytes, fmt: str, schema: pa.Schema) -> pa.Table:
-    """A chunk file parsed with pyarrow into plain `schema` (LAYOUT.md, "Value formatting": a
+    """A chunk file parsed with pyarrow into plain `schema` (docs/REFERENCE.md, "Value formatting": a
     null is an empty unquoted field, an empty string is quoted)."""
     if fmt == "parquet":
         return plain_table(pq.read_table(io.BytesIO(data)), schema)

@@ -1,5 +1,5 @@
 """Odd and broken stores, and load: soma-mount must never hand out a wrong byte, hang,
-leak or die (issue 7). Each broken store is built here, in a temporary directory, from
+leak or die. Each broken store is built here, in a temporary directory, from
 tiledbsoma (and tiledb-py for what tiledbsoma refuses to write)."""
 
 from __future__ import annotations

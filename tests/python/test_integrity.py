@@ -1,4 +1,4 @@
-"""No silent data loss: every file is whole, or its readers get an error (LAYOUT.md, "Sizes
+"""No silent data loss: every file is whole, or its readers get an error (docs/REFERENCE.md, "Sizes
 and reads" and "Errors").
 
 - A generation that fails anywhere (its reader thread, an encoder thread, the commit) is an

@@ -1,4 +1,4 @@
-"""Integration tests for issue 5 (LAYOUT.md "Legacy single-cell layout", "Extra files for
+"""Integration tests for the legacy layouts (docs/REFERENCE.md "Legacy single-cell layout", "Extra files for
 spatial objects", data.npy, and stores of encoding 1.0.0):
 
 - <measurement>/10x/<layer>/ of every 2-D SparseNDArray X layer of every experiment in
@@ -52,7 +52,7 @@ from somaref import encode_name, json_equal, load_json_strict
 REPO = Path(__file__).resolve().parents[2]
 TENX_STORES = ["pbmc", "hand", "v1", "legacy"]
 TENX_FILES = {"matrix.mtx", "genes.tsv", "features.tsv", "barcodes.tsv"}
-# LAYOUT.md's id columns, in order of preference.
+# docs/REFERENCE.md's id columns, in order of preference.
 OBS_ID_COLS = ("obs_id", "barcode", "barcodes", "cell_id")
 VAR_ID_COLS = ("feature_id", "gene_ids", "gene_id", "var_id", "ensembl_id")
 VAR_NAME_COLS = ("feature_name", "gene_symbols", "gene_name", "gene_names", "symbol", "var_name")
@@ -541,7 +541,7 @@ def test_tenx_joinid_barcodes_and_gene_names(fixtures_dir, mounts):
 
 @pytest.mark.parametrize("limit", [None, "0"])
 def test_tenx_sizes_on_a_fresh_mount(fixtures_dir, mount, limit):
-    """LAYOUT, "Sizes and reads": the 10x files are small (below the default
+    """docs/REFERENCE.md, "Sizes and reads": the 10x files are small (below the default
     --materialize-limit), so their first stat (`ls -l`) generates them and reports their
     exact size. Above the limit (--materialize-limit 0) a stat generates nothing and
     reports 0; an open generates them whole, so fstat is exact at once."""

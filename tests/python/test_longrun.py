@@ -1,4 +1,4 @@
-"""A long-running mount (issue 22): a store that keeps changing under many readers, the
+"""A long-running mount: a store that keeps changing under many readers, the
 kernel forgetting inodes, slow generations, one memory budget, and `soma-mount status`.
 
 1. Soak (test_soak_appends_under_readers): tiledbsoma appends to a store every ~2.5 s
@@ -24,7 +24,7 @@ kernel forgetting inodes, slow generations, one memory budget, and `soma-mount s
 5. Status (test_status_file_and_command, test_status_during_a_generation): the hidden
    `.soma-mount.status` file and `soma-mount status [--json] <mountpoint>`.
 
-The status JSON is checked against the shape issue 22 gives:
+The status JSON is checked against the shape docs/REFERENCE.md gives:
   {pid, uri, uptime_seconds, inodes, open_handles,
    memory: {budget_bytes, in_use_bytes, peak_bytes, waiting},
    generations: {limit, running: [{path, bytes, rows, estimated_bytes, seconds,
@@ -164,7 +164,7 @@ def _value_ok(v, want) -> bool:
 
 
 def shape_problems(v, shape, where: str = "status") -> list[str]:
-    """Where v departs from the status shape of issue 22 (missing keys, wrong types,
+    """Where v departs from the status shape (missing keys, wrong types,
     negative counts); extra keys are allowed."""
     if isinstance(shape, dict):
         if not isinstance(v, dict):
@@ -190,7 +190,7 @@ def shape_problems(v, shape, where: str = "status") -> list[str]:
 
 def assert_status_shape(s: dict, what: str) -> None:
     p = shape_problems(s, STATUS_SHAPE)
-    assert not p, f"{what} does not have issue 22's shape:\n  " + "\n  ".join(p) + f"\n{json.dumps(s)[:3000]}"
+    assert not p, f"{what} does not have the status shape:\n  " + "\n  ".join(p) + f"\n{json.dumps(s)[:3000]}"
 
 
 def running_paths(s: dict) -> list[str]:
@@ -208,7 +208,7 @@ ROWS_PER_APPEND = 60
 X_COLS = 8
 TTL = 1  # --metadata-ttl of the soak mount
 # A read that starts this long after a write returned must show it: the TTL plus slack for
-# a busy machine (LAYOUT/README: a change shows once --metadata-ttl has passed).
+# a busy machine (docs/SEMANTICS.md: a change shows once --metadata-ttl has passed).
 FRESH_AFTER = TTL + within(1.0)
 SAMPLE_EVERY = 6.0  # seconds between samples of the idle daemon (each one drops caches)
 SOAK_READERS = 4
@@ -1287,7 +1287,7 @@ def test_status_file_and_command(fixtures_dir, mount):
     """The hidden status file and `soma-mount status` on an idle mount.
 
     Asserts: readdir of the root does not list .soma-mount.status but it opens; its JSON
-    has issue 22's shape, the daemon's pid, the mounted URI, the defaults (budget 512 MiB,
+    has the status shape, the daemon's pid, the mounted URI, the defaults (budget 512 MiB,
     generations limit 4, cache limit 10 GiB) and nothing running; each open gives fresh
     JSON (uptime_seconds grows); --max-memory 1G, --max-generations 3 and --cache-size 2G
     show in a second mount's status; `soma-mount status --json` prints the same JSON

@@ -1,4 +1,4 @@
-"""Readers that trust file sizes, on their first read of a data file (LAYOUT.md, "Sizes and
+"""Readers that trust file sizes, on their first read of a data file (docs/REFERENCE.md, "Sizes and
 reads"): no reader is ever left with fewer rows than the array holds.
 
 Before a data file is generated, soma-mount reports size 0 and serves it with direct I/O, which

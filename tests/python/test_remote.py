@@ -1,4 +1,4 @@
-"""soma-mount over S3 and through time (LAYOUT.md "Command line", "Errors"; docs/REFERENCE.md
+"""soma-mount over S3 and through time (docs/REFERENCE.md "Command line", "Errors"; docs/REFERENCE.md
 "Stores in object storage", "Time travel").
 
 1. Content over S3: the fixture stores are uploaded to a local S3-compatible server

@@ -1,4 +1,4 @@
-"""Requests to the object store (issue 19: fewer round trips over S3).
+"""Requests to the object store (fewer round trips over S3).
 
 The pbmc fixture is served by a local S3 server (s3server.py) through a counting proxy
 (s3proxy.py). A fresh mount lists `obs/`, or reads `obs/data.csv`; every request the daemon
@@ -27,7 +27,7 @@ arrays (about 55 more).
 `ls -l X/data/slices/parquet/` sizes every chunk without reading a value: no request of the
 listing reads a fragment's attribute file (sized Parquet counts its rows from coordinates).
 
-An array grown by appends (issue 37) holds many fragments, and libtiledb reads each one's
+An array grown by appends holds many fragments, and libtiledb reads each one's
 metadata in three requests one after the other (then a fourth for its R-tree), as many
 fragments at a time as its compute pool has threads. Through the daemon's S3 front each
 fragment's metadata is one request, sent for all fragments at once as soon as the listing
@@ -218,7 +218,7 @@ ATTRIBUTE_FILE = re.compile(r"/__fragments/[^/]+/a\d+(_var|_validity)?\.tdb$")
 
 @pytest.mark.timeout(300)
 def test_ls_l_of_slices_parquet_reads_no_cell_value(counted, mount):
-    """`ls -l X/data/slices/parquet/` answers the exact size of every chunk (LAYOUT, "Sizes
+    """`ls -l X/data/slices/parquet/` answers the exact size of every chunk (docs/REFERENCE.md, "Sizes
     and reads": sized Parquet) from the cells' coordinates alone: no request reads a
     fragment's attribute file (soma_data's values), and each listed size is the bytes then
     read."""

@@ -1,4 +1,4 @@
-"""Integration tests for slices/ and by/ (issue 4; LAYOUT.md "Slices").
+"""Integration tests for slices/ and by/ (docs/REFERENCE.md, "Slices").
 
 - slices/ lists chunks `A-B.<ext>` cut along the first index column (one `*.<ext>`
   chunk when that column is not an integer, none for an empty array); the chunks are
@@ -322,7 +322,7 @@ def check_file_against(path: Path, ref: Ref, probs: Problems):
 
 def list_slices(d: Path) -> list[str]:
     """The chunk files of an array directory's slices/, as one listing of names `A-B.<ext>`.
-    slices/ lists one directory per format (LAYOUT.md, "Slices and datasets"), each holding
+    slices/ lists one directory per format (docs/REFERENCE.md, "Slices and datasets"), each holding
     the chunks in its own format only, the same chunks in each."""
     top = sorted(os.listdir(d / "slices"))
     assert top == sorted(FORMATS), f"{d}/slices lists {top}, expected a directory per format"
@@ -1118,7 +1118,7 @@ def test_sizes_on_a_fresh_mount(fixtures_dir, mount):
 @pytest.mark.timeout(180)
 def test_big_slices_list_stat_and_head_fast(fixtures_dir, mount):
     """On a fresh mount of big (3.2M cells): `ls slices/`, `stat` of a large slice and
-    `head -n 10` of it each answer within a second (LAYOUT.md: ls and stat never read
+    `head -n 10` of it each answer within a second (docs/REFERENCE.md: ls and stat never read
     array data; head on any CSV/TSV/JSON Lines file answers within a second), and the
     10 lines are the slice's first rows."""
     with tiledbsoma.open(str(fixtures_dir / "big" / "X")) as X:

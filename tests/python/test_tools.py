@@ -1,5 +1,5 @@
-"""Whole-file behaviour of a multi-megabyte data file with ordinary tools (issue 3,
-LAYOUT.md "Sizes and reads"): big/X/data.csv (~3.2M cells, ~50 MB) is read by cat,
+"""Whole-file behaviour of a multi-megabyte data file with ordinary tools
+(docs/REFERENCE.md "Sizes and reads"): big/X/data.csv (~3.2M cells, ~50 MB) is read by cat,
 head, tail, wc, cp, Python, pandas and polars, each on a fresh mount with a fresh
 --cache-dir and a --materialize-limit below its size, so it meets the file in its
 not-yet-generated state (size 0, direct I/O),

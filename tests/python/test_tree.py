@@ -1,5 +1,5 @@
 """Integration tests for soma-mount's tree, metadata.json, schema.json, read-only
-behaviour and daemon lifecycle (issue 2 scope). The expected values come from
+behaviour and daemon lifecycle. The expected values come from
 tiledbsoma (and tiledb-py for plain TileDB objects), see somaref.py.
 
 Run: .venv/bin/python -m pytest tests/python -q
@@ -42,7 +42,7 @@ GENERATED_GROUP_NAMES = {"metadata.json"}
 
 
 def generated_group_names(node, by_relpath) -> set:
-    """The names soma-mount adds to a group's directory (LAYOUT.md): metadata.json always;
+    """The names soma-mount adds to a group's directory (docs/REFERENCE.md): metadata.json always;
     coordinate_space.json, transforms.json, image.json and level_<n>.png for spatial
     objects; 10x/ in a measurement under an experiment's ms; anndata/ and where/ in an
     experiment with obs and ms."""
@@ -209,7 +209,7 @@ def test_odd_member_names_are_percent_encoded(fixtures_dir, mounted):
 
 
 def test_member_named_like_a_generated_file_wins(mounted):
-    """LAYOUT.md: generated names never shadow a member; on a clash the member wins."""
+    """docs/REFERENCE.md: generated names never shadow a member; on a clash the member wins."""
     mp = Path(mounted("hand"))
     clash = mp / "clash"
     assert sorted(os.listdir(clash)) == ["metadata.json"]
@@ -346,7 +346,7 @@ def test_schema_json_matches_tiledbsoma(store, fixtures_dir, mounted):
         if node.kind == "soma_array":
             problems += _compare_schema(node.display, got, somaref.expected_schema(node.uri))
         else:
-            # Plain TileDB array: LAYOUT.md fixes no soma_object_type; check the columns.
+            # Plain TileDB array: docs/REFERENCE.md fixes no soma_object_type; check the columns.
             dims, attrs = somaref.plain_array_columns(node.uri)
             cols = got.get("columns") if isinstance(got, dict) else None
             if not isinstance(cols, list):

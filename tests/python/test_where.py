@@ -1,4 +1,4 @@
-"""Integration tests for queries as paths, where/ (LAYOUT.md "Queries: `where/`").
+"""Integration tests for queries as paths, where/ (docs/REFERENCE.md "Queries: `where/`").
 
 Data frames (test_df_*; run alone with -k test_df_):
 - <dataframe>/where/<filter>/ holds data.csv, data.tsv, data.parquet, data.jsonl and the
@@ -75,7 +75,7 @@ pytestmark = pytest.mark.timeout(300)
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl")
 DATA_FILES = tuple(f"data.{fmt}" for fmt in FORMATS)
-# What a where/<filter>/ directory of a data frame holds (LAYOUT.md: "data.<ext> in every
+# What a where/<filter>/ directory of a data frame holds (docs/REFERENCE.md: "data.<ext> in every
 # format, with the frame's schema.json").
 WHERE_FILES = {*DATA_FILES, "schema.json"}
 # A bad filter's directory, its error.txt or a file it does not hold answers within this
@@ -88,7 +88,7 @@ ANSWER_SECONDS = 5.0
 
 
 def encode_filter(text: str) -> str:
-    """A filter as a path component: '%' -> %25, '/' -> %2F (LAYOUT.md)."""
+    """A filter as a path component: '%' -> %25, '/' -> %2F (docs/REFERENCE.md)."""
     return text.replace("%", "%25").replace("/", "%2F")
 
 
