@@ -103,28 +103,33 @@ def front_mount(server: S3sFsServer, path: str, *extra: str, tiledb: dict | None
     return mount_guard(f"s3://{bucket}/{path}", "-v", *cfg, *extra, **guard)
 
 
-def daemon_log(mp) -> str:
-    return Path(mp.log).read_text(errors="replace")
+def daemon_log(mp, log_file: Path | None = None) -> str:
+    """What the daemon of the mount mp logged: its output, or its --log-file if given."""
+    try:
+        return Path(log_file or mp.log).read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
 
 
-def front_port(mp) -> int:
+def front_port(mp, log_file: Path | None = None) -> int:
     """The front's port, from the daemon's log line `s3 front: listening on 127.0.0.1:PORT`."""
     found = None
 
     def logged():
         nonlocal found
-        found = FRONT_LISTENING.search(daemon_log(mp))
+        found = FRONT_LISTENING.search(daemon_log(mp, log_file))
         return found is not None
 
-    assert wait_until(logged, 5), f"no 's3 front: listening on 127.0.0.1:PORT' in the log:\n{daemon_log(mp)[-3000:]}"
+    assert wait_until(logged, 5), (
+        f"no 's3 front: listening on 127.0.0.1:PORT' in the log:\n{daemon_log(mp, log_file)[-3000:]}")
     return int(found.group(1))
 
 
-def front_credentials_source(mp) -> str:
+def front_credentials_source(mp, log_file: Path | None = None) -> str:
     """SOURCE of the daemon's first log line `s3 front: credentials from SOURCE` (the one
     it logs when it starts; later ones may say that they were fetched again)."""
-    found = FRONT_CREDENTIALS.findall(daemon_log(mp))
-    assert found, f"no 's3 front: credentials from ...' in the log:\n{daemon_log(mp)[-3000:]}"
+    found = FRONT_CREDENTIALS.findall(daemon_log(mp, log_file))
+    assert found, f"no 's3 front: credentials from ...' in the log:\n{daemon_log(mp, log_file)[-3000:]}"
     return found[0]
 
 
@@ -721,12 +726,13 @@ def usual_umask():
 @pytest.mark.parametrize("keys_in", ["--config", "environment"])
 def test_debug_logs_hold_no_key_and_what_the_daemon_writes_is_private(keys_in, store_server, fixtures_dir, tmp_path,
                                                                        monkeypatch, usual_umask):
-    """--config vfs.s3.logging_level=debug, the daemon started in a directory of its own,
-    the user's keys in --config or in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY:
-    libtiledb's AWS log (tiledb_s3_*.log) is written there; no file under that directory or
-    the cache directory, nor the daemon's own output, holds the user's key id or secret
-    (libtiledb only knows the front's key), and everything the daemon wrote there is
-    private (mode 0600 files, 0700 directories: the daemon runs with umask 077)."""
+    """--config vfs.s3.logging_level=debug, the daemon started in a directory of its own
+    with its --log-file there, the user's keys in --config or in AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY: libtiledb's AWS log (tiledb_s3_*.log) is written there; no file
+    under that directory or the cache directory, nor the daemon's own output, holds the
+    user's key id or secret (libtiledb only knows the front's key), and everything the
+    daemon wrote there is private (mode 0600 files, 0700 directories: the daemon runs with
+    umask 077)."""
     tiledb = {}
     if keys_in == "environment":
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
@@ -752,9 +758,11 @@ def test_debug_logs_hold_no_key_and_what_the_daemon_writes_is_private(keys_in, s
                     if secret in data:
                         problems.append(f"{what}: {p.relative_to(root)} holds {name}")
 
-    with front_mount(store_server, STORE, "--config", "vfs.s3.logging_level=debug", tiledb=tiledb) as mp:
-        front_port(mp)
-        assert front_credentials_source(mp) == keys_in
+    log_file = cwd / "soma-mount.log"
+    with front_mount(store_server, STORE, "--config", "vfs.s3.logging_level=debug", "--log-file", log_file,
+                     tiledb=tiledb) as mp:
+        front_port(mp, log_file)
+        assert front_credentials_source(mp, log_file) == keys_in
         problems += compare_arrays(mp, store_server, fixtures_dir, f"s3://{BUCKET}/{STORE}", ["obs"])
         scan(Path(mp.cache_dir), "the cache directory")
     aws_logs = sorted(cwd.glob("tiledb_s3_*.log"))
