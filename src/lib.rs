@@ -10,6 +10,7 @@ pub mod digest;
 pub mod fault;
 pub mod format;
 pub mod fs;
+pub mod libtiledb_settings;
 pub mod s3;
 pub mod soma;
 pub mod sync;

@@ -15,6 +15,7 @@ use rustls_pki_types::CertificateDer;
 
 use super::credentials::Keys;
 use super::sign;
+use crate::libtiledb_settings::{S3_FOLLOWED_BY_THE_FRONT, S3_LIBTILEDB_SIDE};
 
 /// Where the objects are, and how requests to them are signed.
 pub struct Upstream {
@@ -55,26 +56,6 @@ const FRAMING: [&str; 6] = [
     "upgrade",
 ];
 
-/// libtiledb's settings the front reads to reach the store; any other `vfs.s3.` setting
-/// that changes how requests are sent or signed (a proxy, a role given to libtiledb) means
-/// the front cannot stand in for libtiledb, which then talks to the store itself. Every
-/// `vfs.s3.` setting is in this list or in [`LIBTILEDB_SIDE`]: a new one must be decided.
-const UNDERSTOOD: [&str; 13] = [
-    "vfs.s3.endpoint_override",
-    "vfs.s3.scheme",
-    "vfs.s3.region",
-    "vfs.s3.use_virtual_addressing",
-    "vfs.s3.aws_access_key_id",
-    "vfs.s3.aws_secret_access_key",
-    "vfs.s3.aws_session_token",
-    "vfs.s3.no_sign_request",
-    "vfs.s3.connect_timeout_ms",
-    "vfs.s3.request_timeout_ms",
-    "vfs.s3.verify_ssl",
-    "vfs.s3.ca_file",
-    "vfs.s3.ca_path",
-];
-
 /// Where libtiledb 2.30 looks on Linux for the system's certificate authorities when no CA
 /// file or directory is set, in its order: the first that exists is the one it trusts.
 const SYSTEM_CA_FILES: [&str; 6] = [
@@ -84,23 +65,6 @@ const SYSTEM_CA_FILES: [&str; 6] = [
     "/etc/pki/tls/cacert.pem",
     "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
     "/etc/ssl/cert.pem",
-];
-
-/// Settings that only tune libtiledb's own side, or its writes, which the front leaves to it.
-const LIBTILEDB_SIDE: [&str; 13] = [
-    "vfs.s3.max_parallel_ops",
-    "vfs.s3.multipart_part_size",
-    "vfs.s3.use_multipart_upload",
-    "vfs.s3.connect_max_tries",
-    "vfs.s3.connect_scale_factor",
-    "vfs.s3.logging_level",
-    "vfs.s3.skip_init",
-    "vfs.s3.install_sigpipe_handler",
-    "vfs.s3.sse",
-    "vfs.s3.sse_kms_key_id",
-    "vfs.s3.storage_class",
-    "vfs.s3.object_canned_acl",
-    "vfs.s3.bucket_canned_acl",
 ];
 
 impl Upstream {
@@ -122,8 +86,8 @@ impl Upstream {
         };
         if let Some((key, _)) = settings.iter().find(|(k, _)| {
             k.starts_with("vfs.s3.")
-                && !UNDERSTOOD.contains(&k.as_str())
-                && !LIBTILEDB_SIDE.contains(&k.as_str())
+                && !S3_FOLLOWED_BY_THE_FRONT.contains(&k.as_str())
+                && !S3_LIBTILEDB_SIDE.contains(&k.as_str())
         }) {
             return Err(format!("{key} is set"));
         }

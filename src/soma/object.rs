@@ -5,6 +5,7 @@ use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::libtiledb_settings;
 use crate::s3::{Front, Opening};
 use crate::sync::{at_once, Recover, SingleFlight};
 use crate::tiledb::{
@@ -411,72 +412,6 @@ pub struct Store {
     front: Option<Front>,
 }
 
-/// The libtiledb settings soma-mount always uses: var-sized buffers come out as Arrow large
-/// offsets (64-bit, with the extra final element, in bytes), and freed memory is kept for
-/// the next query rather than trimmed after each (see `tune_allocator` in main.rs).
-///
-/// The sparse global-order reader's tile-order pre-processing is off: libtiledb 2.30 merges
-/// the tile lists on its thread pool while the query runs, and a query that ends before that
-/// merge does frees the merge's memory under its tasks (fixed upstream after 2.30, TileDB
-/// pull request 5723): a daemon with it crashes there (`MergeUnit::~MergeUnit`), rarely,
-/// as the integration tests found. Without it the reader loads tiles fragment by fragment.
-///
-/// libtiledb sends what it fetches at once (a query's tiles, an array's enumerations, its
-/// fragments' metadata) through its IO thread pool, whose size is one thread per core by
-/// default: on a 2-core machine, a read of obs's 19 tile files over S3 takes 8 round trips,
-/// 2 requests at a time. With 8 threads `cat obs/data.csv` over S3 at 20 ms a request takes
-/// 1.0 s against 1.3; with 16, 2.0 s (2 cores, a local S3 server). On a local disk the reads
-/// take the same time either way.
-///
-/// On object storage libtiledb reads at least `vfs.read_ahead_size` bytes from a file when
-/// asked for fewer, and keeps them for the next read of that stretch (a cache of 10 MiB,
-/// by file). At 1 MiB rather than 100 KiB a read's first tiles are fetched once: the first
-/// query of a sparse read takes a few rows from a band's first data tiles, and the query
-/// for the rest of the band, whose tiles of a column come to less than 1 MiB, finds them
-/// kept (`head` of X: 21 requests, where 100 KiB fetches those tiles twice, 28 requests
-/// against tiledbsoma's 23). A small file costs the same one request; local files are not
-/// read ahead.
-const BASE_CONFIG: [(&str, &str); 7] = [
-    ("vfs.read_ahead_size", "1048576"),
-    ("sm.io_concurrency_level", "8"),
-    ("sm.var_offsets.bitsize", "64"),
-    ("sm.var_offsets.extra_element", "true"),
-    ("sm.var_offsets.mode", "bytes"),
-    ("sm.mem.malloc_trim", "false"),
-    ("sm.query.sparse_global_order.preprocess_tile_merge", "0"),
-];
-
-/// The threads of libtiledb's compute pool (`sm.compute_concurrency_level`, one per core by
-/// default) for a store on local disk (`local`) or object storage, on `cores` cores.
-///
-/// A thread that submits a query does the query's tasks itself while it waits for them
-/// (libtiledb's `wait_all` takes tasks from the pool's queue), and a wait that finds none
-/// spins in a yield loop. On local disk reads are CPU-bound, so a pool of one thread per
-/// core runs a thread more than there are cores for each reader and spins on it; one fewer
-/// than the cores keeps a reader's work on as many threads as cores. Measured on 2 cores
-/// (a pool of 1 against 2, ten fresh mounts each, in turns): the query's h5ad took 610 ms
-/// of the daemon's CPU against 680 (median time 406 ms against 429), the query's X as CSV
-/// 515 against 565 (358 ms against 368), X's CSV 1.47 s against 1.58 in the same time.
-/// More threads only slow a local read (16 on 2 cores: X's CSV 1.15 s to 1.56).
-///
-/// On object storage libtiledb loads an array's fragment metadata on the compute pool, and
-/// each fragment's load is three requests one after another (the size of its
-/// `__fragment_metadata.tdb`, its last 8 bytes, its footer), then one more when a query
-/// reads its R-tree: on 2 cores an X of 10 fragments took 20 rounds, two fragments at a
-/// time, before its first tile. A wider pool loads more fragments at once, for the spin of
-/// its waits: on 2 cores at 20 ms a request, `head -n 5` of that X took 0.78 s after the
-/// mount with 2 threads, 0.60 with 4, 0.54 with 6, 0.51 with 8 and 0.48 with 16, while
-/// `ls -R` of pbmc (many opens at once, one fragment each) took 1.2 s, 1.4, 1.4, 1.7 and
-/// 1.9-2.9 s (the daemon's CPU: 0.5 s to 2-4 s). Three per core is most of the gain for
-/// little of the spin.
-fn compute_threads(local: bool, cores: usize) -> usize {
-    if local {
-        cores.saturating_sub(1).max(1)
-    } else {
-        3 * cores
-    }
-}
-
 /// Whether `uri` names local disk: a path, or a `file://` URI (not object storage, not
 /// TileDB Cloud).
 pub fn on_local_disk(uri: &str) -> bool {
@@ -496,12 +431,12 @@ impl Store {
         reuse_for: Duration,
     ) -> tiledb::Result<Self> {
         let mut config = Config::new()?;
-        for (key, value) in BASE_CONFIG {
-            config.set(key, value)?;
+        for setting in &libtiledb_settings::ALWAYS {
+            config.set(setting.key, setting.value)?;
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = compute_threads(on_local_disk(root_uri), cores);
-        config.set("sm.compute_concurrency_level", &threads.to_string())?;
+        let threads = libtiledb_settings::compute_threads(on_local_disk(root_uri), cores);
+        config.set(libtiledb_settings::COMPUTE_THREADS, &threads.to_string())?;
         let settings = match &front {
             Some(front) => front.libtiledb_settings(settings),
             None => settings.to_vec(),

@@ -43,7 +43,10 @@ impl Group {
         };
         if let Some(ts) = timestamp_ms {
             let mut config = Config::new()?;
-            config.set("sm.group.timestamp_end", &ts.to_string())?;
+            config.set(
+                crate::libtiledb_settings::GROUP_TIMESTAMP_END,
+                &ts.to_string(),
+            )?;
             // SAFETY: `group.raw` and `config` are live; libtiledb copies the config.
             unsafe { tiledb_call!(ctx, tiledb_group_set_config(group.raw, config.as_ptr())) }?;
         }

@@ -481,7 +481,10 @@ impl ReadQuery {
     /// Bounds the memory libtiledb's reader holds for the query (`sm.mem.total_budget`).
     pub fn limit_memory(&mut self, bytes: u64) -> Result<()> {
         let mut config = Config::new()?;
-        config.set("sm.mem.total_budget", &bytes.to_string())?;
+        config.set(
+            crate::libtiledb_settings::QUERY_MEMORY_BUDGET,
+            &bytes.to_string(),
+        )?;
         // SAFETY: the query and the config are live; libtiledb copies the config.
         unsafe {
             tiledb_call!(
