@@ -9,7 +9,8 @@
 //! the longest is closed to make room. A request that declares a body is refused before its
 //! body is read. Only a request whose signature the front's check accepts is answered, on one
 //! of [`Limits::workers`] blocking threads (answers stream from the store through blocking
-//! readers), with the connection handed to that thread for the answer and back afterwards.
+//! readers), with the connection handed to that thread for the answer, and for the
+//! requests that follow it at once, and back afterwards.
 //! An error accepting a connection (no descriptor left) backs off before the next accept.
 //!
 //! The HTTP here is the small subset libtiledb's S3 client speaks to an endpoint (a request
@@ -199,6 +200,47 @@ async fn accept(listener: TcpListener, server: Arc<Server>) {
     }
 }
 
+/// What is refused of a request whose head was read: the status, S3 error code and message
+/// written back, and whether the connection then closes.
+struct Refused {
+    status: u16,
+    code: &'static str,
+    message: String,
+    closes: bool,
+}
+
+/// The request whose head is `head`, if it may be answered: parsed, without a body, admitted
+/// by the front, and not followed by another before its answer (`pending` bytes).
+fn take_request(server: &Server, head: &[u8], pending: usize) -> Result<Request, Refused> {
+    let bad = |message: String| Refused {
+        status: 400,
+        code: "InvalidRequest",
+        message,
+        closes: true,
+    };
+    let request = http::parse_head(head).map_err(|e| bad(e.to_string()))?;
+    if request.content_length().map_or(true, |length| length > 0) {
+        return Err(bad(
+            "soma-mount only reads: a request with a body is refused".into(),
+        ));
+    }
+    if let Err((status, code, message)) = server.answering.admit(&request) {
+        return Err(Refused {
+            status,
+            code,
+            message,
+            closes: request.closes,
+        });
+    }
+    if pending > 0 {
+        // libtiledb waits for each answer before its next request on a connection.
+        return Err(bad(
+            "a request sent before the answer to the one before".into()
+        ));
+    }
+    Ok(request)
+}
+
 /// Reads and answers the requests of one connection until it closes, times out or fails.
 async fn serve_connection(server: &Arc<Server>, id: u64, stream: TcpStream) -> io::Result<()> {
     let _ = stream.set_nodelay(true);
@@ -218,50 +260,133 @@ async fn serve_connection(server: &Arc<Server>, id: u64, stream: TcpStream) -> i
         };
         server.connections.set_idle(id, false);
         let head: Vec<u8> = buffer.drain(..head_length).collect();
-        let request = match http::parse_head(&head) {
+        let request = match take_request(server, &head, buffer.len()) {
             Ok(request) => request,
-            Err(e) => {
-                refuse(&mut stream, "GET", 400, "InvalidRequest", &e.to_string()).await?;
-                return Ok(());
+            Err(refused) => {
+                let method = http::parse_head(&head).map_or_else(|_| "GET".into(), |r| r.method);
+                refuse(
+                    &mut stream,
+                    &method,
+                    refused.status,
+                    refused.code,
+                    &refused.message,
+                )
+                .await?;
+                if refused.closes {
+                    return Ok(());
+                }
+                continue;
             }
         };
-        if request.content_length().map_or(true, |length| length > 0) {
-            let message = "soma-mount only reads: a request with a body is refused";
-            refuse(&mut stream, &request.method, 400, "InvalidRequest", message).await?;
-            return Ok(());
-        }
-        if let Err((status, code, message)) = server.answering.admit(&request) {
-            refuse(&mut stream, &request.method, status, code, &message).await?;
-            if request.closes || status == 400 {
-                return Ok(());
-            }
-            continue;
-        }
-        if !buffer.is_empty() {
-            // libtiledb waits for each answer before its next request on a connection.
-            let message = "a request sent before the answer to the one before";
-            refuse(&mut stream, &request.method, 400, "InvalidRequest", message).await?;
-            return Ok(());
-        }
         let permit = server.workers.clone().acquire_owned().await;
         let permit = permit.map_err(|_| io::Error::other("the front is ending"))?;
         let std_stream = stream.into_std()?;
-        let answering = server.answering.clone();
-        let write_within = server.limits.write_within;
+        let worker = server.clone();
         let (std_stream, outcome) = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            let outcome = answer_blocking(&*answering, &request, &std_stream, write_within)
-                .map(|()| !request.closes);
+            let outcome = answer_while_asked(&worker, request, &std_stream);
             (std_stream, outcome)
         })
         .await
         .map_err(io::Error::other)?;
         match outcome {
-            Ok(true) => {
+            Ok(Some(pending)) => {
+                buffer = pending;
                 std_stream.set_nonblocking(true)?;
                 stream = TcpStream::from_std(std_stream)?;
             }
-            Ok(false) => return Ok(()),
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// How long a worker that has answered a request waits on its connection for the next:
+/// libtiledb sends it as soon as it has read the answer, and a request read here is answered
+/// without a hand-over between threads.
+const LINGER: Duration = Duration::from_millis(500);
+
+/// Answers `request` on a worker's thread, then the requests that follow on the connection
+/// within [`LINGER`] of each answer while at least half the workers are free; what was read
+/// of a request not answered here goes back with the connection (`None`: it closes).
+fn answer_while_asked(
+    server: &Server,
+    mut request: Request,
+    stream: &std::net::TcpStream,
+) -> io::Result<Option<Vec<u8>>> {
+    stream.set_nonblocking(false)?;
+    stream.set_write_timeout(Some(server.limits.write_within))?;
+    let mut buffer = Vec::new();
+    loop {
+        let mut out = BufWriter::new(stream);
+        server.answering.answer(&request, &mut out)?;
+        out.flush()?;
+        drop(out);
+        if request.closes {
+            return Ok(None);
+        }
+        if server.workers.available_permits() < server.limits.workers / 2 {
+            return Ok(Some(buffer));
+        }
+        let Some(head_length) = read_head_blocking(stream, &mut buffer, server)? else {
+            return Ok(Some(buffer));
+        };
+        let head: Vec<u8> = buffer.drain(..head_length).collect();
+        match take_request(server, &head, buffer.len()) {
+            Ok(next) => request = next,
+            Err(refused) => {
+                let method = http::parse_head(&head).map_or_else(|_| "GET".into(), |r| r.method);
+                let mut out = BufWriter::new(stream);
+                http::write_error(
+                    &mut out,
+                    &method,
+                    refused.status,
+                    refused.code,
+                    &refused.message,
+                )?;
+                out.flush()?;
+                return Ok((!refused.closes).then_some(buffer));
+            }
+        }
+    }
+}
+
+/// Reads a request head into `buffer` on a worker's thread: its length, or `None` when none
+/// began within [`LINGER`] or one did not end within the head's time (the connection then
+/// goes back to the async side with what was read).
+fn read_head_blocking(
+    stream: &std::net::TcpStream,
+    buffer: &mut Vec<u8>,
+    server: &Server,
+) -> io::Result<Option<usize>> {
+    use std::io::Read;
+    let mut chunk = [0u8; 4096];
+    let started = Instant::now();
+    loop {
+        if let Some(end) = http::head_ends_at(buffer) {
+            return Ok(Some(end));
+        }
+        let waited = started.elapsed();
+        let within = if buffer.is_empty() {
+            LINGER
+        } else {
+            server.limits.head_within.min(LINGER * 4)
+        };
+        if waited >= within || buffer.len() >= http::MOST_HEAD_BYTES {
+            return Ok(None);
+        }
+        stream.set_read_timeout(Some(within - waited))?;
+        match (&*stream).read(&mut chunk) {
+            Ok(0) => return Ok(None),
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Ok(None)
+            }
             Err(e) => return Err(e),
         }
     }
@@ -324,21 +449,6 @@ async fn refuse(
     let mut bytes = Vec::new();
     http::write_error(&mut bytes, method, status, code, message)?;
     stream.write_all(&bytes).await
-}
-
-/// Writes the answer to `request` on the connection, blocking, with a bound on how long a
-/// write may stall.
-fn answer_blocking(
-    answering: &dyn Answering,
-    request: &Request,
-    stream: &std::net::TcpStream,
-    write_within: Duration,
-) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_write_timeout(Some(write_within))?;
-    let mut out = BufWriter::new(stream);
-    answering.answer(request, &mut out)?;
-    out.flush()
 }
 
 /// The descriptors this process may open (its soft limit, raised to the hard limit first).
@@ -467,6 +577,29 @@ mod tests {
                 Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}"),
             }
         }
+    }
+
+    #[test]
+    fn a_kept_alive_connection_is_answered_request_after_request_and_each_is_checked() {
+        let (_runtime, port) = start(small_limits());
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut answer = |wire: &str, length: usize| {
+            stream.write_all(wire.as_bytes()).unwrap();
+            let mut bytes = vec![0u8; length];
+            stream.read_exact(&mut bytes).unwrap();
+            String::from_utf8(bytes).unwrap()
+        };
+        let ok = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+        for pause in [0, 100, 800] {
+            // At once (read by the worker that answered), and after the worker let go.
+            std::thread::sleep(Duration::from_millis(pause));
+            assert_eq!(answer("GET /ok HTTP/1.1\r\n\r\n", ok.len()), ok);
+        }
+        let refused = answer("GET /no HTTP/1.1\r\n\r\n", 12);
+        assert_eq!(refused, "HTTP/1.1 403");
     }
 
     #[test]
