@@ -2,7 +2,10 @@
 //! `features.tsv` (and `genes.tsv`, the same), `barcodes.tsv`. Each is generated whole when
 //! opened (the matrix's header counts its entries, so it is written after them), and by a
 //! `stat` when it is estimated below `--materialize-limit` (`Read10X` sizes the names
-//! files with `fread`, which trusts `stat`) or with `--exact-sizes`.
+//! files with `fread`, which trusts `stat`, and `tar` archives what `stat` says) or with
+//! `--exact-sizes`. A category's or a query's file is estimated from its own cells, counted
+//! by the `stat`, so that its size is exact at the first `stat` below the limit however
+//! large the whole layer is.
 
 use std::io;
 use std::sync::Arc;
@@ -11,6 +14,7 @@ use crate::format::mtx;
 use crate::format::text::TextBuf;
 use crate::soma::joinids::Positions;
 use crate::soma::tenx::TenxLayer;
+use crate::soma::{estimated_cells_along, SelectedRows};
 
 use super::super::cache::CacheKey;
 use super::super::data::{
@@ -56,10 +60,10 @@ pub struct TenxFile {
 impl TenxFile {
     pub fn new(layer: Arc<TenxLayer>, part: TenxPart) -> TenxFile {
         // obs, var and the layer's snapshots, the category, and which file.
-        let key = content_key([&*layer.obs, &*layer.var, &*layer.x], |digest| {
+        let key = content_key([&**layer.obs(), &**layer.var(), &*layer.x], |digest| {
             digest.text(part.name());
-            layer.cells.digest_into(digest);
-            layer.genes.digest_into(digest);
+            layer.cells.rows.digest_into(digest);
+            layer.genes.rows.digest_into(digest);
         });
         TenxFile { layer, part, key }
     }
@@ -68,15 +72,29 @@ impl TenxFile {
         format!("{} as 10x {}", self.layer.x.uri, self.part.name())
     }
 
-    /// About how many bytes the file comes to: a line per cell, gene or entry of the whole
-    /// layer (a category's cells are not counted before they are read).
+    /// About how many bytes the file comes to: a line per cell, gene or entry it holds. A
+    /// category's or a query's are counted from its own cells: their join ids (read once for
+    /// the directory, [`SelectedRows`]) and libtiledb's estimate of the layer's cells in them.
     fn estimated_bytes(&self) -> crate::soma::Result<u64> {
         let layer = &self.layer;
+        let rows = |selected: &SelectedRows, line_bytes: u64| match selected.is_all() {
+            true => estimated_bytes(&selected.frame, line_bytes),
+            false => Ok(selected.count()?.saturating_mul(line_bytes)),
+        };
         match self.part {
-            TenxPart::Barcodes => estimated_bytes(&layer.obs, BARCODE_LINE_BYTES),
-            TenxPart::Features => estimated_bytes(&layer.var, FEATURE_LINE_BYTES),
-            TenxPart::Matrix => estimated_bytes(&layer.x, ENTRY_LINE_BYTES),
+            TenxPart::Barcodes => rows(&layer.cells, BARCODE_LINE_BYTES),
+            TenxPart::Features => rows(&layer.genes, FEATURE_LINE_BYTES),
+            TenxPart::Matrix => {
+                let along = [Some(&*layer.cells), Some(&*layer.genes)];
+                let entries = estimated_cells_along(&layer.x, &along)?;
+                Ok(entries.saturating_mul(ENTRY_LINE_BYTES))
+            }
         }
+    }
+
+    /// Whether the file is generated whole before its size is told (see the module's notes).
+    fn small(&self, cx: &FileContext) -> bool {
+        cx.options.exact_sizes || small(&cx.options, self.estimated_bytes())
     }
 
     /// Generates the file whole into the cache.
@@ -151,11 +169,16 @@ impl FileKind for TenxFile {
         open_generated(&cx.options.cache, &self.key, &self.what())
     }
 
+    /// A file of the whole layer when it is small; a category's or a query's always: its
+    /// cells are counted on the request pool ([`FileKind::settle_size`]), not here.
     fn sized_on_stat(&self, cx: &FileContext) -> bool {
-        cx.options.exact_sizes || small(&cx.options, self.estimated_bytes())
+        !self.layer.is_whole() || self.small(cx)
     }
 
     fn settle_size(&self, cx: &FileContext) -> FsResult<()> {
-        self.generate(cx)
+        match self.small(cx) {
+            true => self.generate(cx),
+            false => Ok(()),
+        }
     }
 }
