@@ -139,14 +139,15 @@ impl TenxLayer {
             .collect())
     }
 
+    /// The type of the layer's values (its last value column).
+    pub fn value_type(&self) -> Option<&DataType> {
+        let mut columns = self.x.schema.columns.iter();
+        columns.rfind(|c| !c.is_index).map(|c| &c.arrow_type)
+    }
+
     /// Whether the layer holds integers (a Matrix Market `integer` matrix).
     pub fn is_integer(&self) -> bool {
-        self.x
-            .schema
-            .columns
-            .iter()
-            .rfind(|c| !c.is_index)
-            .is_some_and(|c| c.arrow_type.is_integer())
+        self.value_type().is_some_and(DataType::is_integer)
     }
 
     /// Reads the layer's cells of the selected barcodes, sorted by cell then feature, and

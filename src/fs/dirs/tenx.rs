@@ -89,13 +89,14 @@ fn open_array(store: &dyn Objects, uri: &str) -> Option<Arc<ArrayObject>> {
 pub struct TenxLayerDir(pub Arc<TenxLayer>);
 
 impl DirKind for TenxLayerDir {
-    /// The three files (with `genes.tsv` and `features.tsv` both), and `by/` for a whole
-    /// layer whose obs has enumerated columns.
+    /// The three files (with `genes.tsv` and `features.tsv` both), Cell Ranger's HDF5
+    /// matrix (`matrix.h5`), and `by/` for a whole layer whose obs has enumerated columns.
     fn list(&self, _: &DirContext) -> Listed {
         let layer = &self.0;
         let part = |part| file(TenxFile::new(layer.clone(), part));
         let mut named = vec![
             ("matrix.mtx".into(), part(TenxPart::Matrix)),
+            ("matrix.h5".into(), part(TenxPart::MatrixH5)),
             ("genes.tsv".into(), part(TenxPart::Features)),
             ("features.tsv".into(), part(TenxPart::Features)),
             ("barcodes.tsv".into(), part(TenxPart::Barcodes)),
