@@ -1,6 +1,6 @@
 """`10x/<layer>/matrix.h5`: Cell Ranger's HDF5 feature-barcode matrix (its v3 layout) beside
 `matrix.mtx`, for the whole layer, a category (`by/<column>/<label>/`) and a query
-(`where/<filter>/`) (docs/SEMANTICS.md, "10x matrices").
+(`where/<filter>/`) (docs/SEMANTICS.md, "Content and consistency").
 
 Stores: pbmc (float32 X, 700 cells) and test_parts' store (int32 X, 24,000 cells of 24
 cell types), each mounted fresh with test_parts' --materialize-limit (2 MiB; pbmc's whole
