@@ -46,6 +46,14 @@ impl Counts {
             _ => Counts::Int32,
         }
     }
+
+    /// The bytes of a value.
+    pub fn width(self) -> u64 {
+        match self {
+            Counts::Int32 | Counts::Float32 => 4,
+            Counts::Float64 => 8,
+        }
+    }
 }
 
 /// `data` being written.

@@ -55,6 +55,8 @@ type HdfGroup = hdf5_metno::Group;
 
 /// About how many bytes a value and its index take in an h5ad file, to estimate its size.
 const H5AD_VALUE_BYTES: u64 = 8;
+/// The bytes of a sparse matrix's column index.
+const CSR_INDEX_BYTES: u64 = 4;
 
 /// A measurement (or one category of its cells) as an h5ad file.
 ///
@@ -186,7 +188,7 @@ impl H5adFile {
             };
             let along = [Some(rows_of(matrix.rows)), columns];
             let cells = estimated_cells_along(&matrix.array, &along)?;
-            bytes += cells.saturating_mul(value_bytes(&matrix.array));
+            bytes += cells.saturating_mul(matrix_cell_bytes(matrix));
         }
         let mut uns = Vec::new();
         if let Some(collection) = e.uns() {
@@ -500,6 +502,20 @@ fn array_bytes(array: &ArrayObject) -> crate::soma::Result<u64> {
 /// per column.
 fn value_bytes(array: &ArrayObject) -> u64 {
     H5AD_VALUE_BYTES * array.schema.columns.len() as u64
+}
+
+/// How many bytes a cell of a matrix takes in an h5ad file: its value, and a sparse one's
+/// column index (int32, [`CsrWriter`]).
+fn matrix_cell_bytes(matrix: &MatrixElement) -> u64 {
+    match matrix_type(&matrix.array, matrix.layout) {
+        Ok((value_type, dense)) => {
+            let value = value_type
+                .primitive_width()
+                .map_or(H5AD_VALUE_BYTES, |w| w as u64);
+            value + if dense { 0 } else { CSR_INDEX_BYTES }
+        }
+        Err(_) => value_bytes(&matrix.array),
+    }
 }
 
 /// obs or var, as the file reads it: its first pass ([`scan_frame`]) and then its rows.

@@ -37,8 +37,9 @@ use super::{FileContext, FileKind};
 const BARCODE_LINE_BYTES: u64 = 24;
 const FEATURE_LINE_BYTES: u64 = 48;
 const ENTRY_LINE_BYTES: u64 = 24;
-/// About how many bytes an entry of `matrix.h5` takes: its value and its feature's index.
-const H5_ENTRY_BYTES: u64 = 12;
+/// How many bytes the feature index of an entry of `matrix.h5` takes (int64); its value
+/// takes its `data`'s width.
+const H5_INDEX_BYTES: u64 = 8;
 
 /// Which file of a matrix directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +134,8 @@ impl TenxFile {
             TenxPart::MatrixH5 => {
                 let barcodes = rows(&layer.cells, BARCODE_LINE_BYTES + 8)?;
                 let features = rows(&layer.genes, FEATURE_LINE_BYTES)?;
-                let entries = entries()?.saturating_mul(H5_ENTRY_BYTES);
+                let entry_bytes = self.counts().width() + H5_INDEX_BYTES;
+                let entries = entries()?.saturating_mul(entry_bytes);
                 Ok(entries.saturating_add(barcodes).saturating_add(features))
             }
         }
@@ -156,6 +158,11 @@ impl TenxFile {
         }
     }
 
+    /// What `matrix.h5`'s `data` holds, for the layer's values.
+    fn counts(&self) -> Counts {
+        Counts::of(self.layer.value_type().unwrap_or(&DataType::Float32))
+    }
+
     /// Writes `matrix.h5` at `path`: the entries go from the read into the file batch by
     /// batch ([`FeatureBarcodeMatrix`]).
     fn write_h5(&self, path: &Path) -> io::Result<()> {
@@ -165,7 +172,7 @@ impl TenxFile {
         let features: Vec<(&str, &str)> = (axes.features.iter())
             .map(|(_, id, name)| (id.as_str(), name.as_str()))
             .collect();
-        let counts = Counts::of(layer.value_type().unwrap_or(&DataType::Float32));
+        let counts = self.counts();
         let along = [Some(&*layer.cells), Some(&*layer.genes)];
         let expected = estimated_cells_along(&layer.x, &along).map_err(io::Error::other)?;
         let mut matrix =
