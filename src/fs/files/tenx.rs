@@ -37,8 +37,8 @@ use super::{FileContext, FileKind};
 const BARCODE_LINE_BYTES: u64 = 24;
 const FEATURE_LINE_BYTES: u64 = 48;
 const ENTRY_LINE_BYTES: u64 = 24;
-/// How many bytes the feature index of an entry of `matrix.h5` takes (int64); its value
-/// takes its `data`'s width.
+/// How many bytes an index of `matrix.h5` takes (int64): an entry's feature, a barcode's
+/// first entry; an entry's value takes its `data`'s width.
 const H5_INDEX_BYTES: u64 = 8;
 
 /// Which file of a matrix directory.
@@ -123,22 +123,27 @@ impl TenxFile {
             true => estimated_bytes(&selected.frame, line_bytes),
             false => Ok(selected.count()?.saturating_mul(line_bytes)),
         };
-        let entries = || {
-            let along = [Some(&*layer.cells), Some(&*layer.genes)];
-            estimated_cells_along(&layer.x, &along)
-        };
         match self.part {
             TenxPart::Barcodes => rows(&layer.cells, BARCODE_LINE_BYTES),
             TenxPart::Features => rows(&layer.genes, FEATURE_LINE_BYTES),
-            TenxPart::Matrix => Ok(entries()?.saturating_mul(ENTRY_LINE_BYTES)),
+            TenxPart::Matrix => Ok(self.estimated_entries()?.saturating_mul(ENTRY_LINE_BYTES)),
             TenxPart::MatrixH5 => {
-                let barcodes = rows(&layer.cells, BARCODE_LINE_BYTES + 8)?;
+                // A barcode's name and its `indptr`; a feature's id, name, type and genome.
+                let barcodes = rows(&layer.cells, BARCODE_LINE_BYTES + H5_INDEX_BYTES)?;
                 let features = rows(&layer.genes, FEATURE_LINE_BYTES)?;
                 let entry_bytes = self.counts().width() + H5_INDEX_BYTES;
-                let entries = entries()?.saturating_mul(entry_bytes);
+                let entries = self.estimated_entries()?.saturating_mul(entry_bytes);
                 Ok(entries.saturating_add(barcodes).saturating_add(features))
             }
         }
+    }
+
+    /// About how many entries the matrix holds: libtiledb's estimate of the layer's cells
+    /// in the selected cells and genes.
+    fn estimated_entries(&self) -> crate::soma::Result<u64> {
+        let layer = &self.layer;
+        let along = [Some(&*layer.cells), Some(&*layer.genes)];
+        estimated_cells_along(&layer.x, &along)
     }
 
     /// Whether the file is generated whole before its size is told (see the module's notes).
@@ -172,9 +177,8 @@ impl TenxFile {
         let features: Vec<(&str, &str)> = (axes.features.iter())
             .map(|(_, id, name)| (id.as_str(), name.as_str()))
             .collect();
+        let expected = self.estimated_entries().map_err(io::Error::other)?;
         let counts = self.counts();
-        let along = [Some(&*layer.cells), Some(&*layer.genes)];
-        let expected = estimated_cells_along(&layer.x, &along).map_err(io::Error::other)?;
         let mut matrix =
             FeatureBarcodeMatrix::create(path, &barcodes, &features, counts, expected)?;
         let place = |positions: &Positions, id: i64| positions.get(id).map(|p| p as usize - 1);
