@@ -162,10 +162,9 @@ impl CellQuery {
         &self,
         group: &Arc<MeasurementGroup>,
         listed: &Arc<AnnDataMeasurement>,
-        genes: &Selection,
+        genes: &Arc<SelectedRows>,
     ) -> Option<H5adFile> {
-        let obs = &self.experiment.obs;
-        H5adFile::opening(obs, group, listed, &self.cells.rows, genes)
+        H5adFile::opening(group, listed, &self.cells, genes)
     }
 }
 
@@ -262,10 +261,9 @@ struct MeasurementDir {
 }
 
 impl MeasurementDir {
-    fn genes(&self) -> Selection {
-        self.genes
-            .as_ref()
-            .map_or_else(Selection::default, |g| g.rows.clone())
+    /// The selected genes: a var filter's, or every gene.
+    fn genes(&self) -> Arc<SelectedRows> {
+        (self.genes.clone()).unwrap_or_else(|| Arc::new(SelectedRows::all(&self.measurement.var)))
     }
 
     /// The directory of the matrices `members` (X's layers, or obsm), restricted to the
@@ -283,12 +281,10 @@ impl MeasurementDir {
         let layers = (m.layers.iter())
             .filter(|layer| is_matrix(&layer.array))
             .map(|layer| {
-                let genes =
-                    (self.genes.clone()).unwrap_or_else(|| Arc::new(SelectedRows::all(&m.var)));
                 let tenx = TenxLayer {
                     x: layer.array.clone(),
                     cells: self.query.cells.clone(),
-                    genes,
+                    genes: self.genes(),
                 };
                 let layer_dir = dir(TenxLayerDir(Arc::new(tenx)));
                 (file_name(&layer.name), layer_dir)
@@ -458,10 +454,11 @@ impl DirKind for AnnDataFilesDir {
     /// parts ([`open_whole_ahead`]).
     fn list(&self, cx: &DirContext) -> Listed {
         let query = &self.0;
-        let all = Selection::default();
         let h5ad = |group: &Arc<MeasurementGroup>| {
             open_whole_ahead(cx.files, group);
-            let h5ad = query.h5ad(group, group.listed(cx.store)?, &all)?;
+            let listed = group.listed(cx.store)?;
+            let every_gene = Arc::new(SelectedRows::all(&listed.var));
+            let h5ad = query.h5ad(group, listed, &every_gene)?;
             Some((format!("{}.h5ad", file_name(&group.name)), file(h5ad)))
         };
         let measurements = &query.experiment.measurements;

@@ -76,8 +76,8 @@ pub struct H5adFile {
     /// The key's first part, made from `first`.
     first_key: CacheKey,
     /// The cells of obs and the genes of var it holds, whose join ids its estimate counts.
-    cells: SelectedRows,
-    genes: SelectedRows,
+    cells: Arc<SelectedRows>,
+    genes: Arc<SelectedRows>,
 }
 
 impl H5adFile {
@@ -90,34 +90,39 @@ impl H5adFile {
         genes: &Selection,
     ) -> Option<H5adFile> {
         let elements = AnnDataElements::of(experiment, m, cells, genes)?;
-        Some(H5adFile::of(elements.clone(), Some(elements), None))
+        let cells = Arc::new(SelectedRows::new(&elements.obs.array, cells.clone()));
+        let genes = Arc::new(SelectedRows::new(&elements.var.array, genes.clone()));
+        let whole = Some(elements.clone());
+        Some(H5adFile::of(elements, whole, None, (cells, genes)))
     }
 
     /// The h5ad of the measurement whose group is `group` and whose var and X's layers are
-    /// `listed`, its other parts opened when the file is generated; `None` without a layer.
+    /// `listed`, for the cells `cells` selects of obs and the genes `genes` selects of its
+    /// var (a query's, whose join ids its other files read too); its other parts open when
+    /// the file is generated. `None` without a layer.
     pub fn opening(
-        obs: &Arc<ArrayObject>,
         group: &Arc<MeasurementGroup>,
         listed: &Arc<AnnDataMeasurement>,
-        cells: &Selection,
-        genes: &Selection,
+        cells: &Arc<SelectedRows>,
+        genes: &Arc<SelectedRows>,
     ) -> Option<H5adFile> {
-        let first = AnnDataElements::of(&experiment_of(obs, listed), listed, cells, genes)?;
-        Some(H5adFile::of(first, None, Some(group.clone())))
+        let experiment = experiment_of(&cells.frame, listed);
+        let first = AnnDataElements::of(&experiment, listed, &cells.rows, &genes.rows)?;
+        let selected = (cells.clone(), genes.clone());
+        Some(H5adFile::of(first, None, Some(group.clone()), selected))
     }
 
     fn of(
         first: AnnDataElements,
         whole: Option<AnnDataElements>,
         group: Option<Arc<MeasurementGroup>>,
+        (cells, genes): (Arc<SelectedRows>, Arc<SelectedRows>),
     ) -> H5adFile {
         let first_key = measurement_key("h5ad", &first, |_| {});
         let opened = OnceLock::new();
         if let Some(whole) = whole {
             let _ = opened.set(Some(whole));
         }
-        let cells = SelectedRows::new(&first.obs.array, first.obs.rows.clone());
-        let genes = SelectedRows::new(&first.var.array, first.var.rows.clone());
         H5adFile {
             first,
             whole: opened,
@@ -169,9 +174,11 @@ impl H5adFile {
     fn estimated_bytes(&self) -> crate::soma::Result<u64> {
         let e = self.whole.get().and_then(Option::as_ref);
         let e = e.unwrap_or(&self.first);
-        let rows_of = |along| match along {
-            Along::Obs => &self.cells,
-            Along::Var => &self.genes,
+        let rows_of = |along| -> &SelectedRows {
+            match along {
+                Along::Obs => &self.cells,
+                Along::Var => &self.genes,
+            }
         };
         let mut bytes = 0u64;
         for (frame, rows) in [(&e.obs.array, &self.cells), (&e.var.array, &self.genes)] {
