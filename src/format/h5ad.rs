@@ -33,7 +33,7 @@ use ndarray::ArrayView2;
 use super::anndata::{texts, ColumnEncoding, Encoding};
 pub use super::anndata::{Categories, ColumnSpec};
 
-fn h5_error(e: hdf5::Error) -> io::Error {
+pub(super) fn h5_error(e: hdf5::Error) -> io::Error {
     io::Error::other(format!("HDF5: {e}"))
 }
 
@@ -125,7 +125,7 @@ pub enum Extent {
 }
 
 /// Values written front to back into a one-dimensional dataset.
-struct Appender<T> {
+pub(super) struct Appender<T> {
     dataset: Dataset,
     extent: Extent,
     written: usize,
@@ -134,7 +134,7 @@ struct Appender<T> {
 }
 
 impl<T: H5Type + Clone> Appender<T> {
-    fn create(parent: &Group, name: &str, extent: Extent) -> io::Result<Appender<T>> {
+    pub(super) fn create(parent: &Group, name: &str, extent: Extent) -> io::Result<Appender<T>> {
         let builder = parent.new_dataset::<T>();
         let dataset = match extent {
             Extent::Fixed(len) => builder.shape(len).create(name),
@@ -171,7 +171,7 @@ impl<T: H5Type + Clone> Appender<T> {
         Ok(())
     }
 
-    fn push(&mut self, values: &[T]) -> io::Result<()> {
+    pub(super) fn push(&mut self, values: &[T]) -> io::Result<()> {
         let Extent::Growing { chunk } = self.extent else {
             return self.write_at_end(values);
         };
@@ -186,7 +186,7 @@ impl<T: H5Type + Clone> Appender<T> {
     }
 
     /// Writes what is pending; a dataset of known length must have got all of it.
-    fn finish(mut self) -> io::Result<Dataset> {
+    pub(super) fn finish(mut self) -> io::Result<Dataset> {
         let pending = std::mem::take(&mut self.pending);
         self.write_at_end(&pending)?;
         if let Extent::Fixed(len) = self.extent {
@@ -760,16 +760,22 @@ impl CsrWriter {
     pub fn finish(self) -> io::Result<()> {
         self.data.finish()?;
         self.indices.finish()?;
-        let mut indptr = Vec::with_capacity(self.row_counts.len() + 1);
-        let mut total = 0i64;
-        indptr.push(total);
-        for count in self.row_counts {
-            total += count as i64;
-            indptr.push(total);
-        }
-        let values: ArrayRef = Arc::new(Int64Array::from(indptr));
+        let values: ArrayRef = Arc::new(Int64Array::from(indptr(&self.row_counts)));
         write_array(&self.group, "indptr", &[values.len()], &values)
     }
+}
+
+/// A compressed matrix's `indptr`: where each row's (or column's) entries start, from how
+/// many each has, and then their total.
+pub(super) fn indptr(counts: &[u64]) -> Vec<i64> {
+    let mut indptr = Vec::with_capacity(counts.len() + 1);
+    let mut total = 0i64;
+    indptr.push(total);
+    for &count in counts {
+        total += count as i64;
+        indptr.push(total);
+    }
+    indptr
 }
 
 /// A dense two-dimensional array's dataset, its file space taken whole when it is created.

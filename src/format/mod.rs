@@ -11,6 +11,7 @@ pub mod npy;
 pub mod parquet;
 pub mod parquet_sized;
 pub mod png;
+pub mod tenx_h5;
 pub mod text;
 pub mod zarr;
 

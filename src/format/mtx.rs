@@ -12,6 +12,9 @@ use arrow_schema::DataType;
 
 use super::text::{int, Floats, TextBuf};
 
+/// The type of every feature: a matrix directory holds one modality, gene expression.
+pub const FEATURE_TYPE: &str = "Gene Expression";
+
 /// Text that must stay on one line of one TSV field.
 fn field(text: &str) -> String {
     text.replace(['\t', '\n', '\r'], " ")
@@ -32,7 +35,7 @@ pub fn write_features<'a>(
     out: &mut dyn Write,
 ) -> io::Result<()> {
     for (id, name) in features {
-        writeln!(out, "{}\t{}\tGene Expression", field(id), field(name))?;
+        writeln!(out, "{}\t{}\t{FEATURE_TYPE}", field(id), field(name))?;
     }
     Ok(())
 }

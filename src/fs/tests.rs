@@ -285,7 +285,13 @@ fn an_array_lists_its_files() {
 fn tenx_splits_a_layer_by_obs_labels_into_matrix_directories() {
     let m = mount_with(store_with_measurement(), Duration::from_secs(60));
     assert_eq!(m.names(m.stat("ms/RNA/10x").unwrap().ino), ["data"]);
-    let matrix = ["matrix.mtx", "genes.tsv", "features.tsv", "barcodes.tsv"];
+    let matrix = [
+        "matrix.mtx",
+        "matrix.h5",
+        "genes.tsv",
+        "features.tsv",
+        "barcodes.tsv",
+    ];
     let layer = m.names(m.stat("ms/RNA/10x/data").unwrap().ino);
     assert_eq!(layer, [&matrix[..], &["by"]].concat());
     let by = m.stat("ms/RNA/10x/data/by").unwrap();
@@ -410,7 +416,13 @@ fn an_experiment_query_holds_obs_each_measurement_and_anndata_and_a_var_query_be
     );
     assert_eq!(
         m.names(m.stat(&format!("{query}/ms/RNA/10x/data")).unwrap().ino),
-        ["matrix.mtx", "genes.tsv", "features.tsv", "barcodes.tsv"]
+        [
+            "matrix.mtx",
+            "matrix.h5",
+            "genes.tsv",
+            "features.tsv",
+            "barcodes.tsv"
+        ]
     );
     let anndata = m.stat(&format!("{query}/anndata")).unwrap();
     assert_eq!(m.names(anndata.ino), ["RNA.h5ad"]);

@@ -12,6 +12,7 @@ use super::error::Result;
 use super::joinids::{joinids, runs};
 use super::object::ArrayObject;
 use super::reader::{BatchReader, Selection, BATCH_BYTES};
+use super::selected::SelectedRows;
 
 /// Columns that hold a cell's barcode, in order of preference.
 const BARCODE_COLUMNS: &[&str] = &["obs_id", "barcode", "barcodes", "cell_id"];
@@ -30,13 +31,11 @@ const FEATURE_NAME_COLUMNS: &[&str] = &[
 /// One layer as a matrix directory: the cells (all, or one category's) and the features.
 #[derive(Debug, Clone)]
 pub struct TenxLayer {
-    pub obs: Arc<ArrayObject>,
-    pub var: Arc<ArrayObject>,
     pub x: Arc<ArrayObject>,
     /// The cells of obs it holds: all, or those selected (a category's, or a filter's).
-    pub cells: Selection,
+    pub cells: Arc<SelectedRows>,
     /// The genes of var it holds: all, or those a filter selects.
-    pub genes: Selection,
+    pub genes: Arc<SelectedRows>,
 }
 
 /// Join ids (sorted) and the text that names each.
@@ -95,10 +94,32 @@ fn read_names(
 }
 
 impl TenxLayer {
+    /// Every cell and gene of layer `x`, whose cells obs describes and whose genes var does.
+    pub fn whole(obs: &Arc<ArrayObject>, var: &Arc<ArrayObject>, x: Arc<ArrayObject>) -> TenxLayer {
+        TenxLayer {
+            x,
+            cells: Arc::new(SelectedRows::all(obs)),
+            genes: Arc::new(SelectedRows::all(var)),
+        }
+    }
+
+    pub fn obs(&self) -> &Arc<ArrayObject> {
+        &self.cells.frame
+    }
+
+    pub fn var(&self) -> &Arc<ArrayObject> {
+        &self.genes.frame
+    }
+
+    /// Whether it holds every cell and gene of the layer.
+    pub fn is_whole(&self) -> bool {
+        self.cells.is_all() && self.genes.is_all()
+    }
+
     /// `barcodes.tsv`: each selected cell's barcode, in join id order.
     pub fn barcodes(&self) -> Result<Named> {
-        let column = string_column(&self.obs, BARCODE_COLUMNS).unwrap_or("soma_joinid");
-        Ok(read_names(&self.obs, &[column], &self.cells)?
+        let column = string_column(self.obs(), BARCODE_COLUMNS).unwrap_or("soma_joinid");
+        Ok(read_names(self.obs(), &[column], &self.cells.rows)?
             .into_iter()
             .map(|(id, mut names)| (id, names.swap_remove(0)))
             .collect())
@@ -106,9 +127,9 @@ impl TenxLayer {
 
     /// `features.tsv`: each feature's id and name, in join id order.
     pub fn features(&self) -> Result<Vec<(i64, String, String)>> {
-        let id = string_column(&self.var, FEATURE_ID_COLUMNS).unwrap_or("soma_joinid");
-        let name = string_column(&self.var, FEATURE_NAME_COLUMNS).unwrap_or(id);
-        Ok(read_names(&self.var, &[id, name], &self.genes)?
+        let id = string_column(self.var(), FEATURE_ID_COLUMNS).unwrap_or("soma_joinid");
+        let name = string_column(self.var(), FEATURE_NAME_COLUMNS).unwrap_or(id);
+        Ok(read_names(self.var(), &[id, name], &self.genes.rows)?
             .into_iter()
             .map(|(joinid, mut names)| {
                 let name = names.pop().unwrap_or_default();
@@ -118,14 +139,15 @@ impl TenxLayer {
             .collect())
     }
 
+    /// The type of the layer's values (its last value column).
+    pub fn value_type(&self) -> Option<&DataType> {
+        let mut columns = self.x.schema.columns.iter();
+        columns.rfind(|c| !c.is_index).map(|c| &c.arrow_type)
+    }
+
     /// Whether the layer holds integers (a Matrix Market `integer` matrix).
     pub fn is_integer(&self) -> bool {
-        self.x
-            .schema
-            .columns
-            .iter()
-            .rfind(|c| !c.is_index)
-            .is_some_and(|c| c.arrow_type.is_integer())
+        self.value_type().is_some_and(DataType::is_integer)
     }
 
     /// Reads the layer's cells of the selected barcodes, sorted by cell then feature, and
@@ -136,7 +158,7 @@ impl TenxLayer {
         visit: impl FnMut(&[i64], &[i64], &ArrayRef) -> std::io::Result<()>,
     ) -> Result<()> {
         // Selected cells read only their rows; the whole layer reads every row.
-        let rows = (self.cells != Selection::default()).then(|| runs(barcodes));
+        let rows = (!self.cells.is_all()).then(|| runs(barcodes));
         super::anndata::read_cells(&self.x, rows.as_deref(), visit)
     }
 }

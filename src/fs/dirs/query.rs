@@ -15,7 +15,7 @@
 //! measurements' groups, a measurement's var and X when it (or `anndata/`) is listed, its
 //! obsm when `obsm/` is, and its other parts when its h5ad is generated.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::soma::anndata::AT_ONCE;
 use crate::sync::map_at_once;
@@ -23,7 +23,7 @@ use crate::sync::map_at_once;
 use crate::soma::anndata::{self, AnnDataMeasurement, ExperimentOutline, MeasurementGroup, Named};
 use crate::soma::filter::Filter;
 use crate::soma::tenx::TenxLayer;
-use crate::soma::{ArrayObject, Selection, SomaObject};
+use crate::soma::{ArrayObject, SelectedRows, Selection, SomaObject};
 use crate::tiledb::Value;
 
 use super::super::files::{Document, FileContext, H5adFile, Table};
@@ -128,7 +128,10 @@ impl DirKind for FilteredExperimentDir {
             Err(e) => return Listed::of(error_entries(&e.to_string())),
         };
         let query = Arc::new(CellQuery {
-            cells: SelectedRows::new(&experiment.obs, Selection::filtered(filter)),
+            cells: Arc::new(SelectedRows::new(
+                &experiment.obs,
+                Selection::filtered(filter),
+            )),
             experiment,
         });
         let obs = frame_dir(&query.cells);
@@ -149,7 +152,7 @@ struct CellQuery {
     /// listed (a `cat` of one matrix opens obs and that measurement's var and X), the rest
     /// when its h5ad is generated.
     experiment: ExperimentOutline,
-    cells: SelectedRows,
+    cells: Arc<SelectedRows>,
 }
 
 impl CellQuery {
@@ -159,10 +162,9 @@ impl CellQuery {
         &self,
         group: &Arc<MeasurementGroup>,
         listed: &Arc<AnnDataMeasurement>,
-        genes: &Selection,
+        genes: &Arc<SelectedRows>,
     ) -> Option<H5adFile> {
-        let obs = &self.experiment.obs;
-        H5adFile::opening(obs, group, listed, &self.cells.rows, genes)
+        H5adFile::opening(group, listed, &self.cells, genes)
     }
 }
 
@@ -182,35 +184,6 @@ fn open_whole_ahead(files: &FileContext, group: &Arc<MeasurementGroup>) {
                 group.whole(&*store);
             }
         });
-}
-
-/// The rows of obs or var that a filter selects, and their join ids, read once, when a
-/// matrix of the query is first listed.
-#[derive(Debug)]
-struct SelectedRows {
-    frame: Arc<ArrayObject>,
-    rows: Selection,
-    runs: OnceLock<Result<Vec<(i64, i64)>, String>>,
-}
-
-impl SelectedRows {
-    fn new(frame: &Arc<ArrayObject>, rows: Selection) -> SelectedRows {
-        SelectedRows {
-            frame: frame.clone(),
-            rows,
-            runs: OnceLock::new(),
-        }
-    }
-
-    /// The selected rows' join ids, as runs.
-    fn runs(&self) -> Result<&[(i64, i64)], String> {
-        let runs = self.runs.get_or_init(|| {
-            let scanned = anndata::scan_rows(&self.frame, &self.rows, &[]);
-            let scanned = scanned.map_err(|e| format!("{}: {e}", self.frame.uri))?;
-            Ok(scanned.joinids.runs())
-        });
-        runs.as_deref().map_err(Clone::clone)
-    }
 }
 
 /// The selected rows of a frame: `data.<ext>` and the frame's `schema.json`.
@@ -288,10 +261,9 @@ struct MeasurementDir {
 }
 
 impl MeasurementDir {
-    fn genes(&self) -> Selection {
-        self.genes
-            .as_ref()
-            .map_or_else(Selection::default, |g| g.rows.clone())
+    /// The selected genes: a var filter's, or every gene.
+    fn genes(&self) -> Arc<SelectedRows> {
+        (self.genes.clone()).unwrap_or_else(|| Arc::new(SelectedRows::all(&self.measurement.var)))
     }
 
     /// The directory of the matrices `members` (X's layers, or obsm), restricted to the
@@ -310,10 +282,8 @@ impl MeasurementDir {
             .filter(|layer| is_matrix(&layer.array))
             .map(|layer| {
                 let tenx = TenxLayer {
-                    obs: self.query.experiment.obs.clone(),
-                    var: m.var.clone(),
                     x: layer.array.clone(),
-                    cells: self.query.cells.rows.clone(),
+                    cells: self.query.cells.clone(),
                     genes: self.genes(),
                 };
                 let layer_dir = dir(TenxLayerDir(Arc::new(tenx)));
@@ -484,10 +454,11 @@ impl DirKind for AnnDataFilesDir {
     /// parts ([`open_whole_ahead`]).
     fn list(&self, cx: &DirContext) -> Listed {
         let query = &self.0;
-        let all = Selection::default();
         let h5ad = |group: &Arc<MeasurementGroup>| {
             open_whole_ahead(cx.files, group);
-            let h5ad = query.h5ad(group, group.listed(cx.store)?, &all)?;
+            let listed = group.listed(cx.store)?;
+            let every_gene = Arc::new(SelectedRows::all(&listed.var));
+            let h5ad = query.h5ad(group, listed, &every_gene)?;
             Some((format!("{}.h5ad", file_name(&group.name)), file(h5ad)))
         };
         let measurements = &query.experiment.measurements;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use log::warn;
 
 use crate::soma::tenx::TenxLayer;
-use crate::soma::{ArrayObject, Objects, Selection, SomaObject, SomaType};
+use crate::soma::{ArrayObject, Objects, SelectedRows, Selection, SomaObject, SomaType};
 use crate::tiledb::{ObjectType, Value};
 
 use super::super::files::{TenxFile, TenxPart};
@@ -55,13 +55,7 @@ fn layer_entries(store: &dyn Objects, measurement: &SomaObject, obs: &str) -> En
         .filter_map(|layer| {
             let x = open_array(&layer.uri)?;
             is_matrix(&x).then(|| {
-                let layer_dir = TenxLayer {
-                    obs: obs.clone(),
-                    var: var.clone(),
-                    x,
-                    cells: Selection::default(),
-                    genes: Selection::default(),
-                };
+                let layer_dir = TenxLayer::whole(&obs, &var, x);
                 (
                     file_name(&layer.name),
                     dir(TenxLayerDir(Arc::new(layer_dir))),
@@ -95,18 +89,19 @@ fn open_array(store: &dyn Objects, uri: &str) -> Option<Arc<ArrayObject>> {
 pub struct TenxLayerDir(pub Arc<TenxLayer>);
 
 impl DirKind for TenxLayerDir {
-    /// The three files (with `genes.tsv` and `features.tsv` both), and `by/` for a whole
-    /// layer whose obs has enumerated columns.
+    /// The three files (with `genes.tsv` and `features.tsv` both), Cell Ranger's HDF5
+    /// matrix (`matrix.h5`), and `by/` for a whole layer whose obs has enumerated columns.
     fn list(&self, _: &DirContext) -> Listed {
         let layer = &self.0;
         let part = |part| file(TenxFile::new(layer.clone(), part));
         let mut named = vec![
             ("matrix.mtx".into(), part(TenxPart::Matrix)),
+            ("matrix.h5".into(), part(TenxPart::MatrixH5)),
             ("genes.tsv".into(), part(TenxPart::Features)),
             ("features.tsv".into(), part(TenxPart::Features)),
             ("barcodes.tsv".into(), part(TenxPart::Barcodes)),
         ];
-        if layer.cells == Selection::default() && layer.genes == Selection::default() {
+        if layer.is_whole() {
             named.extend(by::entry(Arc::new(self.clone())));
         }
         Listed::of(named)
@@ -115,16 +110,17 @@ impl DirKind for TenxLayerDir {
 
 impl Split for TenxLayerDir {
     fn frame(&self) -> &ArrayObject {
-        &self.0.obs
+        self.0.obs()
     }
 
     /// The matrix directory of the label's cells.
     fn part(&self, column: &str, label: Option<Value>) -> NodeKind {
         let mut category = TenxLayer::clone(&self.0);
-        category.cells = Selection {
+        let cells = Selection {
             equals: Some((column.to_owned(), label)),
             ..Selection::default()
         };
+        category.cells = Arc::new(SelectedRows::new(self.0.obs(), cells));
         dir(TenxLayerDir(Arc::new(category)))
     }
 }

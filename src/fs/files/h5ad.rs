@@ -8,7 +8,8 @@
 //! An HDF5 file cannot be streamed (libhdf5 writes its metadata last, wherever it likes), so
 //! it is generated whole when opened, and by a `stat` when it is estimated below
 //! `--materialize-limit` or with `--exact-sizes`, into the cache; its size is known once it
-//! is there. A query's h5ad opens the measurement's parts beyond var and X while its obs
+//! is there. A category's or a query's file is estimated from its own cells (and genes),
+//! counted by the `stat`, like every other file of a part. A query's h5ad opens the measurement's parts beyond var and X while its obs
 //! and var are written (see [`H5adFile`]); its dense matrices are written beside X. Matrices
 //! go from the TileDB read into the HDF5 datasets batch by batch: what a generation holds is
 //! a batch, a chunk or block per dataset, and a few numbers per cell and gene (join ids,
@@ -33,7 +34,9 @@ use crate::soma::anndata::{
     FrameElement, FrameRows, Layout, MatrixColumns, MatrixElement, MeasurementGroup, Placed,
     UnsCollection, UnsElement, UnsMember,
 };
-use crate::soma::{ArrayObject, Objects, Selection};
+use crate::soma::{
+    estimated_cells, estimated_cells_along, ArrayObject, Objects, SelectedRows, Selection,
+};
 use crate::sync::map_at_once;
 use crate::tiledb::{MetadataValue, Value};
 
@@ -52,6 +55,8 @@ type HdfGroup = hdf5_metno::Group;
 
 /// About how many bytes a value and its index take in an h5ad file, to estimate its size.
 const H5AD_VALUE_BYTES: u64 = 8;
+/// The bytes of a sparse matrix's column index.
+const CSR_INDEX_BYTES: u64 = 4;
 
 /// A measurement (or one category of its cells) as an h5ad file.
 ///
@@ -70,6 +75,9 @@ pub struct H5adFile {
     group: Option<Arc<MeasurementGroup>>,
     /// The key's first part, made from `first`.
     first_key: CacheKey,
+    /// The cells of obs and the genes of var it holds, whose join ids its estimate counts.
+    cells: Arc<SelectedRows>,
+    genes: Arc<SelectedRows>,
 }
 
 impl H5adFile {
@@ -82,26 +90,33 @@ impl H5adFile {
         genes: &Selection,
     ) -> Option<H5adFile> {
         let elements = AnnDataElements::of(experiment, m, cells, genes)?;
-        Some(H5adFile::of(elements.clone(), Some(elements), None))
+        let cells = Arc::new(SelectedRows::new(&elements.obs.array, cells.clone()));
+        let genes = Arc::new(SelectedRows::new(&elements.var.array, genes.clone()));
+        let whole = Some(elements.clone());
+        Some(H5adFile::of(elements, whole, None, (cells, genes)))
     }
 
     /// The h5ad of the measurement whose group is `group` and whose var and X's layers are
-    /// `listed`, its other parts opened when the file is generated; `None` without a layer.
+    /// `listed`, for the cells `cells` selects of obs and the genes `genes` selects of its
+    /// var (a query's, whose join ids its other files read too); its other parts open when
+    /// the file is generated. `None` without a layer.
     pub fn opening(
-        obs: &Arc<ArrayObject>,
         group: &Arc<MeasurementGroup>,
         listed: &Arc<AnnDataMeasurement>,
-        cells: &Selection,
-        genes: &Selection,
+        cells: &Arc<SelectedRows>,
+        genes: &Arc<SelectedRows>,
     ) -> Option<H5adFile> {
-        let first = AnnDataElements::of(&experiment_of(obs, listed), listed, cells, genes)?;
-        Some(H5adFile::of(first, None, Some(group.clone())))
+        let experiment = experiment_of(&cells.frame, listed);
+        let first = AnnDataElements::of(&experiment, listed, &cells.rows, &genes.rows)?;
+        let selected = (cells.clone(), genes.clone());
+        Some(H5adFile::of(first, None, Some(group.clone()), selected))
     }
 
     fn of(
         first: AnnDataElements,
         whole: Option<AnnDataElements>,
         group: Option<Arc<MeasurementGroup>>,
+        (cells, genes): (Arc<SelectedRows>, Arc<SelectedRows>),
     ) -> H5adFile {
         let first_key = measurement_key("h5ad", &first, |_| {});
         let opened = OnceLock::new();
@@ -113,6 +128,8 @@ impl H5adFile {
             whole: opened,
             group,
             first_key,
+            cells,
+            genes,
         }
     }
 
@@ -151,12 +168,53 @@ impl H5adFile {
 
     /// About how many bytes the file comes to: every value of every array it is read from
     /// (of obs, var and X alone while the other parts are not open), and an index beside
-    /// each (a category's cells are not counted before they are read).
+    /// each. A category's or a query's are counted from its own cells and genes: obs's and
+    /// var's rows it holds (their join ids read once), and libtiledb's estimate of each
+    /// matrix's cells in them.
     fn estimated_bytes(&self) -> crate::soma::Result<u64> {
         let e = self.whole.get().and_then(Option::as_ref);
         let e = e.unwrap_or(&self.first);
-        let arrays = std::iter::once(&*e.obs.array).chain(e.measurement.arrays());
-        arrays.map(array_bytes).sum()
+        let rows_of = |along| -> &SelectedRows {
+            match along {
+                Along::Obs => &self.cells,
+                Along::Var => &self.genes,
+            }
+        };
+        let mut bytes = 0u64;
+        for (frame, rows) in [(&e.obs.array, &self.cells), (&e.var.array, &self.genes)] {
+            bytes += match rows.is_all() {
+                true => array_bytes(frame)?,
+                false => rows.count()? * value_bytes(frame),
+            };
+        }
+        let matrices = std::iter::once(&e.x).chain(e.mappings.iter().flat_map(|m| &m.members));
+        for matrix in matrices {
+            let columns = match matrix.columns {
+                MatrixColumns::Along(along) => Some(rows_of(along)),
+                MatrixColumns::Width => None,
+            };
+            let along = [Some(rows_of(matrix.rows)), columns];
+            let cells = estimated_cells_along(&matrix.array, &along)?;
+            bytes += cells.saturating_mul(matrix_cell_bytes(matrix));
+        }
+        let mut uns = Vec::new();
+        if let Some(collection) = e.uns() {
+            uns_arrays(collection, &mut uns);
+        }
+        for array in uns {
+            bytes += array_bytes(array)?;
+        }
+        Ok(bytes)
+    }
+
+    /// Whether it holds every cell and gene of the measurement.
+    fn is_whole(&self) -> bool {
+        self.cells.is_all() && self.genes.is_all()
+    }
+
+    /// Whether the file is generated whole by a `stat` (see the module's notes).
+    fn small(&self, cx: &FileContext) -> bool {
+        cx.options.exact_sizes || small(&cx.options, self.estimated_bytes())
     }
 
     /// Generates the file whole into the cache, unless it is there; returns its key. A file
@@ -444,7 +502,27 @@ enum CellsOf<'a> {
 
 /// About how many bytes an array comes to in an h5ad file.
 fn array_bytes(array: &ArrayObject) -> crate::soma::Result<u64> {
-    estimated_bytes(array, H5AD_VALUE_BYTES * array.schema.columns.len() as u64)
+    estimated_bytes(array, value_bytes(array))
+}
+
+/// About how many bytes a cell of an array comes to in an h5ad file: a value and an index
+/// per column.
+fn value_bytes(array: &ArrayObject) -> u64 {
+    H5AD_VALUE_BYTES * array.schema.columns.len() as u64
+}
+
+/// How many bytes a cell of a matrix takes in an h5ad file: its value, and a sparse one's
+/// column index (int32, [`CsrWriter`]).
+fn matrix_cell_bytes(matrix: &MatrixElement) -> u64 {
+    match matrix_type(&matrix.array, matrix.layout) {
+        Ok((value_type, dense)) => {
+            let value = value_type
+                .primitive_width()
+                .map_or(H5AD_VALUE_BYTES, |w| w as u64);
+            value + if dense { 0 } else { CSR_INDEX_BYTES }
+        }
+        Err(_) => value_bytes(&matrix.array),
+    }
 }
 
 /// obs or var, as the file reads it: its first pass ([`scan_frame`]) and then its rows.
@@ -524,13 +602,18 @@ impl FileKind for H5adFile {
     }
 
     /// A small file, or any with `--exact-sizes`: `ls -l anndata/` generates the small
-    /// measurements and leaves the large ones for their first open.
+    /// measurements and leaves the large ones for their first open. A category's or a
+    /// query's always: its cells are counted on the request pool
+    /// ([`FileKind::settle_size`]), not here.
     fn sized_on_stat(&self, cx: &FileContext) -> bool {
-        cx.options.exact_sizes || small(&cx.options, self.estimated_bytes())
+        !self.is_whole() || self.small(cx)
     }
 
     fn settle_size(&self, cx: &FileContext) -> FsResult<()> {
-        self.generate(cx).map(|_| ())
+        match self.small(cx) {
+            true => self.generate(cx).map(|_| ()),
+            false => Ok(()),
+        }
     }
 }
 
@@ -568,7 +651,7 @@ fn write_matrix(
     let matrix = if dense {
         Matrix::Dense(DenseArray::create(parent, name, shape, &value_type)?.writer())
     } else {
-        let expected = array.stored_cells().map_err(io::Error::other)?;
+        let expected = expected_cells(array, &cells).map_err(io::Error::other)?;
         Matrix::Csr(CsrWriter::create(
             parent,
             name,
@@ -578,6 +661,27 @@ fn write_matrix(
         )?)
     };
     fill_matrix(matrix, &value_type, array, cells, axes, None)
+}
+
+/// About how many cells of `array` are written (this sizes a sparse matrix's chunks, which
+/// take their whole space in the file): those held, or libtiledb's estimate of those in
+/// the rows read.
+fn expected_cells(array: &ArrayObject, cells: &CellsOf) -> crate::soma::Result<u64> {
+    match cells {
+        CellsOf::Held(held) => Ok(held.iter().map(|(rows, _, _)| rows.len() as u64).sum()),
+        CellsOf::Read(None) => array.stored_cells().map_err(Into::into),
+        CellsOf::Read(Some(runs)) => {
+            let ranges = vec![anndata::runs_in_domain(array, 0, runs)];
+            if ranges[0].is_empty() {
+                return Ok(0);
+            }
+            let selection = Selection {
+                ranges,
+                ..Selection::default()
+            };
+            estimated_cells(array, &selection)
+        }
+    }
 }
 
 /// Writes the cells of `array` into `matrix` (made for them by [`write_matrix`] or

@@ -51,14 +51,18 @@ pub trait FileKind: fmt::Debug + Send + Sync {
     /// Opens it for reading.
     fn open(&self, cx: &FileContext) -> FsResult<OpenFile>;
 
-    /// Whether a `stat` that finds its size not known yet makes it known before answering
-    /// ([`FileKind::settle_size`]), rather than answering size 0 at once.
+    /// Whether a `stat` that finds its size not known yet waits for
+    /// [`FileKind::settle_size`] before answering, rather than answering size 0 at once. It
+    /// is answered in the thread that took the request: what needs a read of the store (a
+    /// category's cells counted) is left to `settle_size`.
     fn sized_on_stat(&self, _cx: &FileContext) -> bool {
         false
     }
 
     /// Makes its exact size known, for a `stat` that waits for it: generates it whole into
-    /// the cache, or counts what its size follows from.
+    /// the cache, or counts what its size follows from. A file whose estimate needs a count
+    /// of its own cells (a category's or a query's) counts them first, and leaves its size
+    /// unknown when they put it above `--materialize-limit`.
     fn settle_size(&self, _cx: &FileContext) -> FsResult<()> {
         Ok(())
     }
