@@ -108,7 +108,7 @@ impl Keys {
         let provider = SharedCredentialsProvider::new(provider);
         match fetch(&provider, runtime) {
             Ok(fetched) => {
-                let found_in = found_in(&fetched, env);
+                let found_in = found_in(&fetched, env, &|| selected_profile(runtime));
                 let held = Held::from(fetched);
                 Ok(Keys {
                     source: Source::Chain {
@@ -235,10 +235,41 @@ impl From<aws_credential_types::Credentials> for Held {
     }
 }
 
-/// Where the chain found `credentials`, from the features its providers mark them with.
+/// The selected profile of the shared config and credentials files, as the AWS SDK reads
+/// them: its name and settings.
+type SelectedProfile = Option<(String, Vec<(String, String)>)>;
+
+fn selected_profile(runtime: &tokio::runtime::Handle) -> SelectedProfile {
+    use aws_types::os_shim_internal::{Env, Fs};
+    let profiles = runtime
+        .block_on(aws_config::profile::load(
+            &Fs::real(),
+            &Env::real(),
+            &Default::default(),
+            None,
+        ))
+        .ok()?;
+    let name = profiles.selected_profile().to_owned();
+    let profile = profiles.get_profile(&name)?;
+    let settings = [
+        "credential_process",
+        "sso_session",
+        "sso_start_url",
+        "role_arn",
+        "web_identity_token_file",
+    ]
+    .into_iter()
+    .filter_map(|key| Some((key.to_owned(), profile.get(key)?.to_owned())))
+    .collect();
+    Some((name, settings))
+}
+
+/// Where the chain found `credentials`: from the features its providers mark them with,
+/// and for a profile, from what the `profile` (its name and settings) holds.
 fn found_in(
     credentials: &aws_credential_types::Credentials,
     env: &impl Fn(&str) -> Option<String>,
+    profile: &dyn Fn() -> SelectedProfile,
 ) -> String {
     use AwsCredentialFeature as F;
     let features = credentials
@@ -246,35 +277,28 @@ fn found_in(
         .cloned()
         .unwrap_or_default();
     let has = |feature: F| features.contains(&feature);
-    let profile = || {
-        env("AWS_PROFILE")
-            .or_else(|| env("AWS_DEFAULT_PROFILE"))
-            .unwrap_or_else(|| "default".into())
-    };
-    let in_profile = [
-        F::CredentialsProfile,
-        F::CredentialsProfileSourceProfile,
-        F::CredentialsProfileNamedProvider,
-        F::CredentialsProfileProcess,
-        F::CredentialsProfileSso,
-        F::CredentialsProfileStsWebIdToken,
-    ]
-    .into_iter()
-    .any(&has);
-    if in_profile {
-        let kind = if has(F::CredentialsProfileProcess) || has(F::CredentialsProcess) {
+    if has(F::CredentialsProfile) {
+        let (name, settings) = profile().unwrap_or_else(|| {
+            let name = env("AWS_PROFILE").unwrap_or_else(|| "default".into());
+            (name, Vec::new())
+        });
+        let set = |key: &str| settings.iter().any(|(k, _)| k == key);
+        let kind = if set("credential_process") {
             "credential_process"
-        } else if has(F::CredentialsProfileSso) || has(F::CredentialsSso) {
+        } else if set("sso_session") || set("sso_start_url") {
             "sso"
-        } else if has(F::CredentialsProfileStsWebIdToken) {
+        } else if set("role_arn") && set("web_identity_token_file") {
             "web identity"
-        } else if has(F::CredentialsStsAssumeRole) {
+        } else if set("role_arn") {
             "assume role"
         } else {
             "static keys"
         };
-        format!("profile {} ({kind})", profile())
-    } else if has(F::CredentialsEnvVarsStsWebIdToken) || has(F::CredentialsStsAssumeRoleWebId) {
+        format!("profile {name} ({kind})")
+    } else if has(F::CredentialsProfileStsWebIdToken)
+        || has(F::CredentialsEnvVarsStsWebIdToken)
+        || has(F::CredentialsStsAssumeRoleWebId)
+    {
         "web identity".into()
     } else if has(F::CredentialsEnvVars) {
         "environment".into()
@@ -305,46 +329,54 @@ mod tests {
     #[test]
     fn the_log_names_where_the_chain_found_the_keys() {
         use AwsCredentialFeature as F;
-        let env = |name: &str| (name == "AWS_PROFILE").then(|| "lab".to_owned());
         let no_env = |_: &str| None;
-        for (features, expected, env) in [
+        let no_profile = || None;
+        let profile = |settings: &[(&str, &str)]| {
+            let settings: Vec<(String, String)> = settings
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            move || Some(("lab".to_owned(), settings.clone()))
+        };
+        let found = |features: &[F], profile: &dyn Fn() -> SelectedProfile| {
+            found_in(&marked(features), &no_env, profile)
+        };
+        assert_eq!(found(&[F::CredentialsEnvVars], &no_profile), "environment");
+        assert_eq!(
+            found(&[F::CredentialsProfile], &profile(&[])),
+            "profile lab (static keys)"
+        );
+        assert_eq!(
+            found(&[F::CredentialsProfile], &no_profile),
+            "profile default (static keys)"
+        );
+        for (settings, kind) in [
+            (&[("credential_process", "x")][..], "credential_process"),
+            (&[("sso_session", "s")], "sso"),
+            (&[("sso_start_url", "u")], "sso"),
+            (&[("role_arn", "r")], "assume role"),
             (
-                &[F::CredentialsEnvVars][..],
-                "environment",
-                &no_env as &dyn Fn(&str) -> Option<String>,
-            ),
-            (&[F::CredentialsProfile], "profile lab (static keys)", &env),
-            (
-                &[F::CredentialsProfileProcess, F::CredentialsProcess],
-                "profile lab (credential_process)",
-                &env,
-            ),
-            (
-                &[F::CredentialsProfileSso, F::CredentialsSso],
-                "profile default (sso)",
-                &no_env,
-            ),
-            (
-                &[
-                    F::CredentialsProfileSourceProfile,
-                    F::CredentialsStsAssumeRole,
-                ],
-                "profile lab (assume role)",
-                &env,
-            ),
-            (
-                &[
-                    F::CredentialsEnvVarsStsWebIdToken,
-                    F::CredentialsStsAssumeRoleWebId,
-                ],
+                &[("role_arn", "r"), ("web_identity_token_file", "f")],
                 "web identity",
-                &no_env,
             ),
-            (&[F::CredentialsHttp], "container endpoint", &no_env),
-            (&[F::CredentialsImds], "instance metadata", &no_env),
         ] {
-            assert_eq!(found_in(&marked(features), &env), expected, "{features:?}");
+            assert_eq!(
+                found(&[F::CredentialsProfile], &profile(settings)),
+                format!("profile lab ({kind})")
+            );
         }
+        assert_eq!(
+            found(&[F::CredentialsProfileStsWebIdToken], &no_profile),
+            "web identity"
+        );
+        assert_eq!(
+            found(&[F::CredentialsHttp], &no_profile),
+            "container endpoint"
+        );
+        assert_eq!(
+            found(&[F::CredentialsImds], &no_profile),
+            "instance metadata"
+        );
     }
 
     #[test]

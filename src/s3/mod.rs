@@ -331,10 +331,7 @@ fn answer(shared: &Arc<Shared>, request: &http::Request, out: &mut dyn Write) ->
             return http::write_answer(out, method, 200, &headers, xml.as_bytes());
         }
     }
-    let mut answer = match shared
-        .upstream
-        .send(method, bucket, key, &request.query, range)
-    {
+    let mut answer = match send_whole(shared, method, bucket, key, &request.query, range) {
         Ok(answer) => answer,
         Err(unanswered) => return unreachable_store(out, method, &unanswered.0),
     };
@@ -377,6 +374,40 @@ fn answer(shared: &Arc<Shared>, request: &http::Request, out: &mut dyn Write) ->
             }
             http::write_answer(out, method, answer.status, &answer.headers, &body)
         }
+    }
+}
+
+/// The store's answer to a request, asked again once when a ranged `GET` is answered with
+/// less than the range it asked for: a short answer is never passed on as the range.
+fn send_whole(
+    shared: &Shared,
+    method: &str,
+    bucket: &str,
+    key: &str,
+    query: &[(String, String)],
+    range: Option<&str>,
+) -> Result<upstream::Answer, upstream::Unanswered> {
+    let mut tries = 0;
+    loop {
+        let answer = shared.upstream.send(method, bucket, key, query, range)?;
+        let short = match (method, range, answer.status) {
+            ("GET", Some(range), 206) => {
+                !objects::range_answered(range, answer.header("content-range"), answer.length)
+            }
+            _ => false,
+        };
+        if !short {
+            return Ok(answer);
+        }
+        tries += 1;
+        if tries == 2 {
+            return Err(upstream::Unanswered(format!(
+                "GET {bucket}/{key}: the store answered {} for {}",
+                answer.header("content-range").unwrap_or("no range"),
+                range.unwrap_or_default()
+            )));
+        }
+        warn!("s3 front: GET {bucket}/{key}: a short answer to {range:?}: asked again");
     }
 }
 

@@ -255,7 +255,13 @@ fn fetched_from(
                 .header("content-range")
                 .and_then(|r| r.rsplit_once('/'))
                 .and_then(|(_, total)| total.parse::<u64>().ok());
+            let range = format!("bytes=0-{}", MOST_WHOLE_BYTES - 1);
+            let whole = range_answered(&range, answer.header("content-range"), answer.length);
             match total {
+                Some(_) if !whole => Err(Unanswered(format!(
+                    "GET {key}: the store answered {} for {range}",
+                    answer.header("content-range").unwrap_or("no range")
+                ))),
                 Some(total) if total <= MOST_WHOLE_BYTES => {
                     Ok(Fetched::Whole(Arc::new(read_body(answer)?)))
                 }
@@ -326,6 +332,23 @@ pub fn answer_from<'a>(
             (416, headers, &[])
         }
     }
+}
+
+/// Whether a `206` answer with `content_range` (`bytes a-b/total`) and a body of `length`
+/// bytes is what `range` asked for: every byte of it that the object has.
+pub fn range_answered(range: &str, content_range: Option<&str>, length: Option<u64>) -> bool {
+    let answered = content_range
+        .and_then(|r| r.trim().strip_prefix("bytes "))
+        .and_then(|r| r.split_once('/'))
+        .and_then(|(span, total)| {
+            let (first, last) = span.split_once('-')?;
+            let total: u64 = total.trim().parse().ok()?;
+            Some((first.parse::<u64>().ok()?, last.parse::<u64>().ok()?, total))
+        });
+    let Some((first, last, total)) = answered else {
+        return false;
+    };
+    byte_range(range, total) == Some((first, last)) && length == Some(last - first + 1)
 }
 
 /// The first and last byte a `Range` header (`bytes=a-b`, `bytes=a-`, `bytes=-n`) asks of
@@ -427,6 +450,26 @@ mod tests {
             "<ListBucketResult><Contents><Key>{key}</Key><ETag>&quot;{etag}&quot;</ETag>\
              <Size>{size}</Size></Contents></ListBucketResult>"
         )
+    }
+
+    #[test]
+    fn a_ranged_answer_is_whole_only_when_it_covers_the_range_asked() {
+        assert!(range_answered("bytes=0-9", Some("bytes 0-9/100"), Some(10)));
+        assert!(range_answered(
+            "bytes=90-199",
+            Some("bytes 90-99/100"),
+            Some(10)
+        ));
+        assert!(range_answered("bytes=-5", Some("bytes 95-99/100"), Some(5)));
+        // Half the range, well formed; a body shorter than it says; no Content-Range.
+        assert!(!range_answered("bytes=0-9", Some("bytes 0-4/100"), Some(5)));
+        assert!(!range_answered("bytes=0-9", Some("bytes 0-9/100"), Some(5)));
+        assert!(!range_answered("bytes=0-9", None, Some(10)));
+        assert!(!range_answered(
+            "bytes=0-9",
+            Some("bytes 1-10/100"),
+            Some(10)
+        ));
     }
 
     #[test]
