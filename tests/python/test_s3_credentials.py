@@ -1,5 +1,5 @@
 """Where the daemon's S3 front gets the user's keys: from every source the AWS SDK reads, and
-fresh before they expire (issue 51, "The S3 front, trusted like the AWS SDK").
+fresh before they expire (docs/REFERENCE.md "The S3 front", "Keys").
 
 Each source is set up as a user's machine would have it (settings, environment, shared
 config and credentials files in a HOME of the test's, SSO's token cache), its service faked

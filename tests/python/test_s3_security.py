@@ -1,6 +1,5 @@
 """The daemon's S3 front against a server that verifies every signature, and as another local
-process would attack it (issue 51, "The S3 front, trusted like the AWS SDK";
-docs/REFERENCE.md "The S3 front").
+process would attack it (docs/REFERENCE.md "The S3 front"; docs/SEMANTICS.md "Security").
 
 Every mount here is of an `s3://` URI without `--s3-direct`, so libtiledb's requests go
 through the front, which signs them again with the user's keys; the store is s3s-fs
