@@ -17,6 +17,8 @@ use soma_mount::fs::{
 use soma_mount::s3::Front;
 use soma_mount::soma::Store;
 
+mod fuse_access;
+
 /// How often the log (`-v`) shows the generations that have run longer than
 /// [`PROGRESS_AFTER`].
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -350,6 +352,7 @@ fn run(cli: Cli) -> ExitCode {
 /// Everything before serving: signals, the store, the mount point, the cache, the mount.
 fn mount(cli: &Cli) -> Result<(Arc<Tree>, fuser::BackgroundSession, Arc<AtomicBool>), String> {
     let stop = stop_on_signals()?;
+    fuse_access::check(cli.options.iter().any(|o| o == "allow_other" || o == "allow_root"))?;
     let uri = absolute_uri(&cli.uri);
     let metadata_ttl = metadata_ttl(cli);
     let data = data_options(cli, metadata_ttl)?;
