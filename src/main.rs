@@ -352,7 +352,6 @@ fn run(cli: Cli) -> ExitCode {
 /// Everything before serving: signals, the store, the mount point, the cache, the mount.
 fn mount(cli: &Cli) -> Result<(Arc<Tree>, fuser::BackgroundSession, Arc<AtomicBool>), String> {
     let stop = stop_on_signals()?;
-    fuse_access::check(cli.options.iter().any(|o| o == "allow_other" || o == "allow_root"))?;
     let uri = absolute_uri(&cli.uri);
     let metadata_ttl = metadata_ttl(cli);
     let data = data_options(cli, metadata_ttl)?;
@@ -360,6 +359,7 @@ fn mount(cli: &Cli) -> Result<(Arc<Tree>, fuser::BackgroundSession, Arc<AtomicBo
     let store = open_store(cli, &uri, front, metadata_ttl)?;
     prepare_mountpoint(&cli.mountpoint)?;
     let config = fuse_config(cli, &uri)?;
+    fuse_access::check(config.acl != SessionACL::Owner)?;
     soma_mount::budget::set_limits(cli.max_memory, cli.max_generations.max(1));
     let tree = Tree::new(store, &uri, data);
     let fs = SomaFs::new(tree.clone());
