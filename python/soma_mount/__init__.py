@@ -166,11 +166,15 @@ def _unescape(field: str) -> str:
 
 def _unmount(daemon: "subprocess.Popen[bytes]", target: Path) -> None:
     """Unmounts ``target`` from outside, as a user would, so that the daemon sees its mount go
-    and exits; a busy mount is detached instead. A daemon that does not exit is killed."""
-    if daemon.poll() is None and _is_mounted(target):
-        for command in _unmount_commands(target):
-            if subprocess.run(command, capture_output=True).returncode == 0:
-                break
+    and exits; a busy mount is detached instead. A daemon that has not mounted is stopped with
+    SIGTERM. A daemon that does not exit is killed."""
+    if daemon.poll() is None:
+        if _is_mounted(target):
+            for command in _unmount_commands(target):
+                if subprocess.run(command, capture_output=True).returncode == 0:
+                    break
+        else:
+            daemon.terminate()
     try:
         daemon.wait(timeout=EXIT_SECONDS)
     except subprocess.TimeoutExpired:
