@@ -225,6 +225,18 @@ def test_without_access_to_dev_fuse_one_line_says_so(space):
     assert no_process_left(space)
 
 
+def test_allow_other_without_user_allow_other_one_line_says_so(space):
+    conf = Path("/etc/fuse.conf")
+    text = conf.read_text() if conf.exists() else ""
+    if any(line.split("#")[0].strip() == "user_allow_other" for line in text.splitlines()):
+        pytest.skip("this machine's /etc/fuse.conf allows allow_other")
+    ran = space.run(["soma-mount", "-o", "allow_other", str(space.store), str(space.mountpoint)])
+    assert ran.returncode != 0
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and "user_allow_other" in lines[0], ran.stderr
+    assert no_process_left(space)
+
+
 # What each case of `soma_mount.mounted` prints, as JSON, run by the wheel's Python.
 MOUNTED_CASES = r"""
 import hashlib, json, sys
