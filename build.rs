@@ -14,7 +14,7 @@
 //! cargo sets for search paths inside the target directory. A `cargo install` puts the
 //! binary alone in `<root>/bin`, and the library goes to `<root>/lib/soma-mount/` (the
 //! README's install section has the command); the wheel (`scripts/wheel`) carries it, with
-//! the other libraries the binary needs, under a runpath that `maturin` rewrites.
+//! the other libraries the binary needs, under a runpath that `auditwheel repair` extends.
 
 use std::env;
 use std::fs;
