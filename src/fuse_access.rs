@@ -2,11 +2,13 @@
 //! in one line rather than met as "Permission denied": `/dev/fuse` readable and writable;
 //! for a user who is not root, the setuid helper `fusermount3` (Debian's `fuse3` package),
 //! found where the fuser crate looks for it; for such a user's `-o allow_other`,
-//! `user_allow_other` in `/etc/fuse.conf`.
+//! `user_allow_other` in `/etc/fuse.conf`. Such a user's daemon also unmounts through
+//! `fusermount3 -u`, since the kernel lets only root unmount.
 
 use std::ffi::CString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 const DEV_FUSE: &str = "/dev/fuse";
 const FUSE_CONF: &str = "/etc/fuse.conf";
@@ -78,4 +80,35 @@ fn user_allow_other() -> bool {
         text.lines()
             .any(|line| line.split('#').next().unwrap_or("").trim() == "user_allow_other")
     })
+}
+
+/// Unmounts `dir` with `fusermount3 -u` (`-z` to detach a busy mount), for a user who is
+/// not root.
+pub fn fusermount_unmount(dir: &Path, detach: bool) -> std::io::Result<()> {
+    let helper = fusermount().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "fusermount3 is not on the PATH",
+        )
+    })?;
+    let mut command = Command::new(&helper);
+    command.arg("-u").arg("-q");
+    if detach {
+        command.arg("-z");
+    }
+    let status = command
+        .arg("--")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "{} -u failed ({status})",
+            helper.display()
+        )))
+    }
 }

@@ -333,7 +333,13 @@ fn umount2(dir: &Path, flags: libc::c_int) -> std::io::Result<()> {
     // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
     match unsafe { libc::umount2(path.as_ptr(), flags) } {
         0 => Ok(()),
-        _ => Err(std::io::Error::last_os_error()),
+        _ => match std::io::Error::last_os_error() {
+            // A user who is not root unmounts through the setuid helper.
+            e if e.raw_os_error() == Some(libc::EPERM) => {
+                fuse_access::fusermount_unmount(dir, flags & libc::MNT_DETACH != 0)
+            }
+            e => Err(e),
+        },
     }
 }
 

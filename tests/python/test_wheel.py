@@ -204,6 +204,30 @@ def test_an_unprivileged_user_mounts_reads_and_unmounts(space, served_by_clone):
     assert no_process_left(space), "the daemon outlived its unmount"
 
 
+def test_sigterm_unmounts_an_unprivileged_mount(space):
+    """SIGTERM (or Ctrl-C) of the user's daemon takes its mount away, as `umount` does root's."""
+    mp = str(space.mountpoint)
+    listed = f"grep -qF ' {mp} ' /proc/self/mountinfo"
+    script = "\n".join([
+        "set -u",
+        f"soma-mount -f {shlex.quote(str(space.store))} {shlex.quote(mp)} 2>daemon.err &",
+        "pid=$!",
+        "tries=0",
+        f"until {listed}; do",
+        "  tries=$((tries + 1))",
+        '  if [ "$tries" -gt 300 ]; then cat daemon.err >&2; exit 1; fi',
+        "  sleep 0.1",
+        "done",
+        'kill -TERM "$pid"',
+        'wait "$pid"',
+        f"if {listed}; then echo still mounted; else echo unmounted; fi",
+    ])
+    ran = space.run(["sh", "-c", script])
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "unmounted"
+    assert no_process_left(space)
+
+
 def test_without_fusermount3_one_line_says_so(space):
     ran = space.run(["soma-mount", str(space.store), str(space.mountpoint)], hide_fusermount=True)
     assert ran.returncode != 0
