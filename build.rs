@@ -1,9 +1,20 @@
-//! Finds libtiledb and links it by full path with an rpath.
+//! Finds libtiledb, puts a copy beside the binaries it builds, and links it by file name
+//! with a runpath relative to the binary, so that a built `soma-mount` depends on no path of
+//! the clone.
 //!
 //! The only modern libtiledb a registry serves lives inside the PyPI wheels of tiledbsoma
-//! (`tiledbsoma.libs/libtiledb-<hash>.so.2.30`) and tiledb-py (`tiledb.libs/…`). `TILEDB_LIB`
-//! names the library file (or its directory) explicitly; otherwise the project's `.venv`,
-//! made by `scripts/setup`, is searched.
+//! (`tiledbsoma.libs/libtiledb-<hash>.so.2.30`, whose file name is its soname) and tiledb-py
+//! (`tiledb.libs/…`). `TILEDB_LIB` names the library file (or its directory) explicitly;
+//! otherwise the project's `.venv`, made by `scripts/setup`, is searched.
+//!
+//! At run time the dynamic loader looks for libtiledb, after `LD_LIBRARY_PATH`, in the
+//! binary's runpath: `$ORIGIN` (the binary's own directory) and `$ORIGIN/../lib/soma-mount`,
+//! then in the system's library directories. The copy in `target/<profile>/` serves the
+//! clone's own binary; `cargo test` and `cargo run` find it too, through the library path
+//! cargo sets for search paths inside the target directory. A `cargo install` puts the
+//! binary alone in `<root>/bin`, and the library goes to `<root>/lib/soma-mount/` (the
+//! README's install section has the command); the wheel (`scripts/wheel`) carries it, with
+//! the other libraries the binary needs, under a runpath that `auditwheel repair` extends.
 
 use std::env;
 use std::fs;
@@ -38,6 +49,33 @@ fn find_in_venv(root: &Path) -> Option<PathBuf> {
     None
 }
 
+/// `target/<profile>/` (or `target/<triple>/<profile>/`): where cargo puts the binaries.
+/// `OUT_DIR` is `<that>/build/<package>-<hash>/out`.
+fn profile_dir() -> PathBuf {
+    let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets this"));
+    out_dir
+        .ancestors()
+        .nth(3)
+        .expect("OUT_DIR lies three levels under the profile directory")
+        .to_path_buf()
+}
+
+/// Copies `lib` into `dir` under its own name, unless an identical-looking copy is there.
+fn copy_beside(lib: &Path, dir: &Path) -> PathBuf {
+    let copy = dir.join(lib.file_name().expect("a file has a name"));
+    let same = |a: &Path, b: &Path| match (fs::metadata(a), fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.len() == b.len() && a.modified().ok() <= b.modified().ok(),
+        _ => false,
+    };
+    if !same(lib, &copy) {
+        // Through a temporary name: a binary running from this directory may hold the copy.
+        let partial = dir.join(".libtiledb.partial");
+        fs::copy(lib, &partial).expect("copy libtiledb into the target directory");
+        fs::rename(&partial, &copy).expect("rename the copy of libtiledb");
+    }
+    copy
+}
+
 fn main() {
     println!("cargo:rerun-if-env-changed=TILEDB_LIB");
     println!("cargo:rerun-if-changed=build.rs");
@@ -62,16 +100,18 @@ fn main() {
         std::process::exit(1);
     };
     let lib = lib.canonicalize().unwrap_or(lib);
-    let dir = lib.parent().expect("a file has a parent directory");
-    let name = lib
+    let profile = profile_dir();
+    let copy = copy_beside(&lib, &profile);
+    let name = copy
         .file_name()
         .and_then(|n| n.to_str())
         .expect("UTF-8 file name");
-    println!("cargo:rustc-link-search=native={}", dir.display());
+    println!("cargo:rustc-link-search=native={}", profile.display());
     println!("cargo:rustc-link-lib=dylib:+verbatim={name}");
-    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
+    println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN:$ORIGIN/../lib/soma-mount");
     // The directory, not all of .venv: cargo scans a directory named here whole, and pip
     // installing other packages into .venv (scripts/setup does, while this builds) must not
     // make the next build link again. A reinstalled wheel makes a new directory.
-    println!("cargo:rerun-if-changed={}", dir.display());
+    let source_dir = lib.parent().expect("a file has a parent directory");
+    println!("cargo:rerun-if-changed={}", source_dir.display());
 }

@@ -17,6 +17,8 @@ use soma_mount::fs::{
 use soma_mount::s3::Front;
 use soma_mount::soma::Store;
 
+mod fuse_access;
+
 /// How often the log (`-v`) shows the generations that have run longer than
 /// [`PROGRESS_AFTER`].
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -331,7 +333,13 @@ fn umount2(dir: &Path, flags: libc::c_int) -> std::io::Result<()> {
     // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
     match unsafe { libc::umount2(path.as_ptr(), flags) } {
         0 => Ok(()),
-        _ => Err(std::io::Error::last_os_error()),
+        _ => match std::io::Error::last_os_error() {
+            // A user who is not root unmounts through the setuid helper.
+            e if e.raw_os_error() == Some(libc::EPERM) => {
+                fuse_access::fusermount_unmount(dir, flags & libc::MNT_DETACH != 0)
+            }
+            e => Err(e),
+        },
     }
 }
 
@@ -357,6 +365,7 @@ fn mount(cli: &Cli) -> Result<(Arc<Tree>, fuser::BackgroundSession, Arc<AtomicBo
     let store = open_store(cli, &uri, front, metadata_ttl)?;
     prepare_mountpoint(&cli.mountpoint)?;
     let config = fuse_config(cli, &uri)?;
+    fuse_access::check(config.acl != SessionACL::Owner)?;
     soma_mount::budget::set_limits(cli.max_memory, cli.max_generations.max(1));
     let tree = Tree::new(store, &uri, data);
     let fs = SomaFs::new(tree.clone());
