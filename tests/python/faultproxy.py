@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from s3proxy import HOP_BY_HOP, UPSTREAM_TIMEOUT, key_of, kind_of
+from s3proxy import HOP_BY_HOP, ServedOnAThread, UpstreamPerThread, key_of, kind_of
 
 # Each fault's S3 error: (status, message).
 S3_ERRORS = {
@@ -172,7 +172,7 @@ def _content_range(value: str) -> tuple[int, int, str]:
     return int(first), int(last), total
 
 
-class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+class _Server(UpstreamPerThread, socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
@@ -182,23 +182,13 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.proxy = proxy
         self._local = threading.local()
 
-    def upstream_connection(self) -> http.client.HTTPConnection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = http.client.HTTPConnection("127.0.0.1", self.proxy.upstream_port, timeout=UPSTREAM_TIMEOUT)
-            self._local.conn = conn
-        return conn
-
-    def drop_upstream_connection(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
 
 
-class FaultProxy:
+class FaultProxy(ServedOnAThread):
     """The proxy on 127.0.0.1:port (a free port unless given), forwarding to the S3 server
     on 127.0.0.1:upstream_port. Always stop() it (it is also a context manager)."""
+
+    thread_name = "faultproxy"
 
     def __init__(self, upstream_port: int, port: int = 0):
         self.upstream_port = upstream_port
@@ -207,30 +197,7 @@ class FaultProxy:
         self._seen: list[Seen] = []
         self._armed: list[_Armed] = []
         self._server = _Server(("127.0.0.1", port), self)
-        self.port = self._server.server_address[1]
-        self._thread: threading.Thread | None = None
 
-    @property
-    def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> "FaultProxy":
-        self._thread = threading.Thread(target=self._server.serve_forever, name="faultproxy", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(10)
-            self._thread = None
-        self._server.server_close()
-
-    def __enter__(self) -> "FaultProxy":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     # -- faults ------------------------------------------------------------------------
 

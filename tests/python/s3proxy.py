@@ -118,7 +118,29 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
 
-class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+class UpstreamPerThread:
+    """A proxy server's connections to the S3 server on 127.0.0.1:`self.proxy.upstream_port`:
+    one per thread (each client connection has a thread, and keeps one upstream connection
+    alive as the client keeps its own), in `self._local`."""
+
+    proxy: "LatencyProxy"
+    _local: threading.local
+
+    def upstream_connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection("127.0.0.1", self.proxy.upstream_port, timeout=UPSTREAM_TIMEOUT)
+            self._local.conn = conn
+        return conn
+
+    def drop_upstream_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+class _Server(UpstreamPerThread, socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     # A connection beyond the listen backlog has its SYN dropped, and the client retries a
@@ -137,48 +159,26 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         if not isinstance(sys.exc_info()[1], ssl.SSLError):
             super().handle_error(request, client_address)
 
-    def upstream_connection(self) -> http.client.HTTPConnection:
-        """This thread's connection to the S3 server (each client connection has a thread,
-        and keeps one upstream connection alive as the client keeps its own)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = http.client.HTTPConnection("127.0.0.1", self.proxy.upstream_port, timeout=UPSTREAM_TIMEOUT)
-            self._local.conn = conn
-        return conn
-
-    def drop_upstream_connection(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
 
 
-class LatencyProxy:
-    """The proxy on 127.0.0.1:port (a free port unless given), forwarding to the S3 server
-    on 127.0.0.1:upstream_port after holding each request delay_ms. Always stop() it (it is
-    also a context manager)."""
+class ServedOnAThread:
+    """A socketserver (`self._server`) served on a thread of its own, named `thread_name`:
+    start(), stop(), and a context manager that does both."""
 
-    def __init__(self, upstream_port: int, delay_ms: float = 0, port: int = 0, tls: ssl.SSLContext | None = None):
-        self.upstream_port = upstream_port
-        self.delay_s = delay_ms / 1000.0
-        self.tls = tls
-        self._lock = threading.Lock()
-        self._requests: list[tuple[str, str]] = []
-        # [sent, answered] of each request (time.monotonic()), answered None until it is.
-        self._spans: list[list] = []
-        self._server = _Server(("127.0.0.1", port), self)
-        self.port = self._server.server_address[1]
-        self._thread: threading.Thread | None = None
+    thread_name = "server"
+    _server: socketserver.BaseServer
+    _thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def set_delay(self, delay_ms: float) -> None:
-        self.delay_s = delay_ms / 1000.0
-
-    def start(self) -> "LatencyProxy":
-        self._thread = threading.Thread(target=self._server.serve_forever, name="s3proxy", daemon=True)
+    def start(self):
+        self._thread = threading.Thread(target=self._server.serve_forever, name=self.thread_name, daemon=True)
         self._thread.start()
         return self
 
@@ -189,11 +189,32 @@ class LatencyProxy:
             self._thread = None
         self._server.server_close()
 
-    def __enter__(self) -> "LatencyProxy":
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class LatencyProxy(ServedOnAThread):
+    """The proxy on 127.0.0.1:port (a free port unless given), forwarding to the S3 server
+    on 127.0.0.1:upstream_port after holding each request delay_ms. Always stop() it (it is
+    also a context manager)."""
+
+    thread_name = "s3proxy"
+
+    def __init__(self, upstream_port: int, delay_ms: float = 0, port: int = 0, tls: ssl.SSLContext | None = None):
+        self.upstream_port = upstream_port
+        self.delay_s = delay_ms / 1000.0
+        self.tls = tls
+        self._lock = threading.Lock()
+        self._requests: list[tuple[str, str]] = []
+        # [sent, answered] of each request (time.monotonic()), answered None until it is.
+        self._spans: list[list] = []
+        self._server = _Server(("127.0.0.1", port), self)
+
+    def set_delay(self, delay_ms: float) -> None:
+        self.delay_s = delay_ms / 1000.0
 
     # -- the record --------------------------------------------------------------------
 
