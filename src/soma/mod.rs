@@ -12,7 +12,7 @@ pub mod filter;
 pub mod fixtures;
 pub mod joinids;
 mod object;
-mod reader;
+mod read;
 mod schema;
 mod selected;
 mod slice;
@@ -22,7 +22,7 @@ pub mod tenx;
 
 pub use error::{Error, Result};
 pub use object::{shows_the_past, ArrayObject, GroupObject, Objects, SomaObject, Store};
-pub use reader::{dense_values, BatchReader, ReadAhead, RowPiece, Selection, BATCH_BYTES};
+pub use read::{dense_values, BatchReader, ReadAhead, RowPiece, Selection, BATCH_BYTES};
 pub use schema::{arrow_type, Column, SomaSchema};
 pub use selected::{estimated_cells_along, SelectedRows};
 pub use slice::{chunks, counted_cells, estimated_cells};

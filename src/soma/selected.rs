@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use super::anndata::{runs_in_domain, scan_rows};
 use super::error::{Error, Result};
 use super::object::ArrayObject;
-use super::reader::Selection;
+use super::read::Selection;
 use super::slice::estimated_cells;
 
 /// The rows of a data frame (obs or var) that a selection keeps: all of them, a category's

@@ -8,7 +8,7 @@ use crate::tiledb::{self, Value};
 
 use super::filter::Filter;
 use super::object::{ArrayObject, Chunks};
-use super::reader::Selection;
+use super::read::Selection;
 
 /// `(lo, hi)` narrowed to `domain`; an empty result has `lo > hi`.
 fn clip_range(range: &(Value, Value), domain: &(Value, Value)) -> (Value, Value) {
@@ -271,7 +271,7 @@ pub fn counted_cells(array: &ArrayObject, selection: &Selection) -> super::Resul
         return Ok(None);
     }
     match array.soma_type {
-        DenseNDArray => Ok(super::reader::dense_rows(array, selection)),
+        DenseNDArray => Ok(super::read::dense_rows(array, selection)),
         SparseNDArray if selection.is_empty() => Ok(Some(0)),
         SparseNDArray => {
             // libtiledb's reader holds up to its bound in coordinate tiles.

@@ -11,7 +11,7 @@ use arrow_schema::DataType;
 use super::error::Result;
 use super::joinids::{joinids, runs};
 use super::object::ArrayObject;
-use super::reader::{BatchReader, Selection, BATCH_BYTES};
+use super::read::{BatchReader, Selection, BATCH_BYTES};
 use super::selected::SelectedRows;
 
 /// Columns that hold a cell's barcode, in order of preference.

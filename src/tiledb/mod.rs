@@ -32,9 +32,8 @@ pub use error::{Error, Result};
 pub use group::{Group, Member};
 pub use metadata::{Metadata, MetadataValue};
 pub use query::{
-    count_cells, estimated_cells, null_counts, nulls_countable, Batch, BatchSizing, CellEstimate,
-    ColumnData, ColumnSpec, Comparison, Layout, QueryCondition, ReadQuery, TileUnit,
-    COUNT_MEMORY_BYTES,
+    count_cells, estimated_cells, null_counts, nulls_countable, Batch, BatchCells, CellEstimate,
+    ColumnData, ColumnSpec, Comparison, Layout, QueryCondition, ReadQuery, COUNT_MEMORY_BYTES,
 };
 
 mod error;

@@ -140,87 +140,18 @@ pub struct Batch {
     pub columns: Vec<ColumnData>,
 }
 
-/// What libtiledb decompresses at a time, in cells of a query's result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TileUnit {
-    /// A data tile of a sparse array: this many cells (the schema's capacity).
-    SparseTile(u64),
-    /// A row of tiles of a dense read: one tile extent of the first dimension across all
-    /// that the read selects of the others, this many cells.
-    DenseBand(u64),
+/// How many cells each batch of a query holds: the reader above decides (see
+/// `soma::read::memory`), and the query asks before every submission.
+pub trait BatchCells: Send {
+    /// The cells of the next batch, each taking `row_bytes` of buffer, after `returned`
+    /// cells in `batches` batches.
+    fn next_batch_cells(&self, row_bytes: usize, returned: u64, batches: u32) -> usize;
 }
 
-/// How a query sizes its batches.
-///
-/// libtiledb decompresses whole tiles, and a submission whose buffers fill inside a tile
-/// leaves the rest to the next submission, which decompresses that tile again. Batches
-/// that end inside tiles cost up to twice the decompression: a data frame of a million rows
-/// and 28 columns (tiles of about 20 MB) read in 16 MiB batches takes 1.3 s, and in batches
-/// of one tile each 0.45 s. So batches hold whole tiles (or bands of a dense read), as many
-/// as fit in `bytes` and at least one (up to `TILE_BATCH_MAX_BYTES` for one bigger than
-/// `bytes`), counted from the query's first cell: tile boundaries exactly when the query
-/// reads a whole sparse array written at once, or whole bands of a dense one, and batches
-/// at least a tile long otherwise.
-///
-/// Sparse reads whose first rows someone waits for (`starts_small`) start with one tile and
-/// double (two, four…), so that short reads hold little; a first batch smaller than a tile
-/// would bring its first rows no sooner, since libtiledb decompresses the whole tile for it
-/// all the same. A query read ahead of its consumer starts full: each batch is a submission,
-/// and a submission a round trip for its tiles. Dense reads do not grow:
-/// libtiledb's dense reader keeps the cell count its first submission's buffers held for
-/// every later one (a read that started with 8,192 cells went on 8,000 at a time, six
-/// times slower than in whole bands), so a dense read's first batch is a full one.
-#[derive(Debug, Clone, Copy)]
-pub struct BatchSizing {
-    /// The buffer bytes a batch aims for.
-    pub bytes: usize,
-    /// About how many cells the query returns: when they fit in `bytes`, the first batch is
-    /// sized for all of them.
-    pub expected_cells: u64,
-    /// What libtiledb decompresses at a time, when known.
-    pub unit: Option<TileUnit>,
-    /// Whether a sparse read's batches start at one tile and double (see above).
-    pub starts_small: bool,
-}
-
-impl BatchSizing {
-    /// The cells that fill `bytes` with rows of `row_bytes`.
-    fn target_cells(&self, row_bytes: usize) -> usize {
-        (self.bytes / row_bytes.max(1)).max(1)
-    }
-
-    /// The cells of a query's first batch.
-    fn first_batch_cells(&self, row_bytes: usize) -> usize {
-        let target = self.target_cells(row_bytes);
-        // A quarter more than expected: estimates are averages.
-        let expected = self.expected_cells.saturating_add(self.expected_cells / 4);
-        if expected < target as u64 {
-            (expected as usize).max(1024)
-        } else {
-            self.later_batch_cells(row_bytes, 0, 0)
-        }
-    }
-
-    /// The cells of the batch after `batches` batches of `cells` cells in all: up to a tile
-    /// boundary (see above).
-    fn later_batch_cells(&self, row_bytes: usize, cells: u64, batches: u32) -> usize {
-        let target = self.target_cells(row_bytes);
-        let (tile, most_tiles) = match self.unit {
-            None => return target,
-            Some(TileUnit::SparseTile(tile)) if self.starts_small => (tile, 1 << batches.min(20)),
-            Some(TileUnit::SparseTile(tile)) => (tile, usize::MAX),
-            Some(TileUnit::DenseBand(band)) => (band, usize::MAX),
-        };
-        let tile = tile.max(1) as usize;
-        let whole_tiles = if target >= tile {
-            (target / tile).min(most_tiles) * tile
-        } else if tile.saturating_mul(row_bytes) <= TILE_BATCH_MAX_BYTES {
-            tile
-        } else {
-            // Not even one tile fits: as much of one as may be.
-            return (TILE_BATCH_MAX_BYTES / row_bytes.max(1)).max(1);
-        };
-        whole_tiles - (cells % tile as u64) as usize
+/// A fixed number of cells a batch.
+impl BatchCells for usize {
+    fn next_batch_cells(&self, _: usize, _: u64, _: u32) -> usize {
+        *self
     }
 }
 
@@ -267,7 +198,7 @@ pub struct ReadQuery {
     counts: Vec<Count>,
     _array: Arc<Array>,
     done: bool,
-    sizing: BatchSizing,
+    sizing: Box<dyn BatchCells>,
     /// The cells of the batches handed out so far.
     cells_returned: u64,
     batches_returned: u32,
@@ -275,9 +206,6 @@ pub struct ReadQuery {
 
 /// Bytes per cell assumed for var-sized columns before any has been read.
 const VAR_CELL_GUESS: usize = 32;
-
-/// The most a batch may grow to, past its target bytes, to hold one whole data tile.
-const TILE_BATCH_MAX_BYTES: usize = 64 << 20;
 
 impl ReadQuery {
     /// A query reading `columns` of `array` in `layout`, within `ranges` (one list of
@@ -289,7 +217,7 @@ impl ReadQuery {
         ranges: &[Vec<(Value, Value)>],
         columns: &[ColumnSpec],
         condition: Option<&QueryCondition>,
-        sizing: BatchSizing,
+        sizing: Box<dyn BatchCells>,
     ) -> Result<ReadQuery> {
         let query = Query::over(&array, layout, ranges)?;
         if let Some(condition) = condition {
@@ -329,7 +257,7 @@ impl ReadQuery {
             cells_returned: 0,
             batches_returned: 0,
         };
-        let first = sizing.first_batch_cells(query.row_bytes());
+        let first = query.sizing.next_batch_cells(query.row_bytes(), 0, 0);
         query.size_buffers(first);
         Ok(query)
     }
@@ -604,7 +532,7 @@ impl ReadQuery {
             let batch = self.batch(cells);
             self.cells_returned += cells as u64;
             self.batches_returned += 1;
-            let next = self.sizing.later_batch_cells(
+            let next = self.sizing.next_batch_cells(
                 self.row_bytes(),
                 self.cells_returned,
                 self.batches_returned,
@@ -768,12 +696,8 @@ impl Query {
 /// those columns where libtiledb takes a tile's count from its fragment's metadata (see
 /// [`ReadQuery::count_nulls`]); the global-order reader still reads the coordinate tiles.
 pub fn null_counts(array: Arc<Array>, names: &[&str]) -> Result<Vec<(String, u64)>> {
-    let sizing = BatchSizing {
-        bytes: 0,
-        expected_cells: 0,
-        unit: None,
-        starts_small: false,
-    };
+    // No column is read: the buffers hold nothing.
+    let sizing = Box::new(1024);
     let mut query = ReadQuery::new(array, Layout::GlobalOrder, &[], &[], None, sizing)?;
     query.count_nulls(names)?;
     while query.next_batch()?.is_some() {}
@@ -793,12 +717,8 @@ pub const COUNT_MEMORY_BYTES: u64 = 64 << 20;
 /// of a data tile the ranges cover whole from its fragment's metadata, but its
 /// global-order reader still reads the coordinate tiles; it reads no attribute.
 pub fn count_cells(array: Arc<Array>, ranges: &[Vec<(Value, Value)>]) -> Result<u64> {
-    let sizing = BatchSizing {
-        bytes: 0,
-        expected_cells: 0,
-        unit: None,
-        starts_small: false,
-    };
+    // No column is read: the buffers hold nothing.
+    let sizing = Box::new(1024);
     let mut query = ReadQuery::new(array, Layout::GlobalOrder, ranges, &[], None, sizing)?;
     query.limit_memory(COUNT_MEMORY_BYTES)?;
     query.count_cells()?;
@@ -1111,86 +1031,5 @@ impl QueryCondition {
             tiledb_call!(ctx, tiledb_query_condition_negate(self.as_ptr(), &mut raw))?;
             QueryCondition::from_raw(ctx, raw)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MIB: usize = 1 << 20;
-
-    fn sizing(expected_cells: u64, unit: TileUnit) -> BatchSizing {
-        BatchSizing {
-            bytes: 8 * MIB,
-            expected_cells,
-            unit: Some(unit),
-            starts_small: true,
-        }
-    }
-
-    #[test]
-    fn a_read_that_fits_comes_in_one_batch() {
-        let tile = TileUnit::SparseTile(100_000);
-        assert_eq!(sizing(100_000, tile).first_batch_cells(60), 125_000);
-        assert_eq!(sizing(10, tile).first_batch_cells(60), 1024);
-    }
-
-    #[test]
-    fn sparse_batches_grow_from_one_tile_to_whole_tiles_of_the_target() {
-        // 20-byte rows: 8 MiB hold 419,430 cells, four tiles of 100,000.
-        let s = sizing(20_000_000, TileUnit::SparseTile(100_000));
-        assert_eq!(s.first_batch_cells(20), 100_000);
-        assert_eq!(s.later_batch_cells(20, 100_000, 1), 200_000);
-        assert_eq!(s.later_batch_cells(20, 300_000, 2), 400_000);
-        assert_eq!(s.later_batch_cells(20, 700_000, 3), 400_000);
-        // A batch cut short (its var-sized buffers filled) is followed by one that
-        // finishes the tile it stopped in.
-        assert_eq!(s.later_batch_cells(20, 750_000, 4), 350_000);
-    }
-
-    #[test]
-    fn a_sparse_read_read_ahead_starts_with_whole_tiles_of_the_target() {
-        let s = BatchSizing {
-            starts_small: false,
-            ..sizing(20_000_000, TileUnit::SparseTile(100_000))
-        };
-        assert_eq!(s.first_batch_cells(20), 400_000);
-        assert_eq!(s.later_batch_cells(20, 400_000, 1), 400_000);
-    }
-
-    #[test]
-    fn a_tile_bigger_than_the_target_is_one_batch_up_to_the_limit() {
-        // 210-byte rows: a tile of 100,000 is 21 MB, over 8 MiB but within 64 MiB.
-        let s = sizing(1_000_000, TileUnit::SparseTile(100_000));
-        assert_eq!(s.first_batch_cells(210), 100_000);
-        assert_eq!(s.later_batch_cells(210, 100_000, 1), 100_000);
-        assert_eq!(s.later_batch_cells(210, 900_000, 9), 100_000);
-        // 1 KB rows: a tile is 100 MB, over the limit: batches fill the limit.
-        assert_eq!(s.later_batch_cells(1000, 0, 3), 64 * MIB / 1000);
-    }
-
-    #[test]
-    fn dense_reads_start_full_in_whole_bands() {
-        // Bands of 512 rows x 1,000 columns (10 MB of 20-byte rows): one a batch.
-        let s = sizing(50_000_000, TileUnit::DenseBand(512_000));
-        assert_eq!(s.first_batch_cells(20), 512_000);
-        assert_eq!(s.later_batch_cells(20, 512_000, 1), 512_000);
-        // Bands of 64 rows x 1,000: six of them fill 8 MiB, from the first batch on.
-        let s = sizing(50_000_000, TileUnit::DenseBand(64_000));
-        assert_eq!(s.first_batch_cells(20), 384_000);
-        assert_eq!(s.later_batch_cells(20, 384_000, 1), 384_000);
-    }
-
-    #[test]
-    fn without_tiles_batches_fill_the_target() {
-        let s = BatchSizing {
-            bytes: 8 * MIB,
-            expected_cells: 20_000_000,
-            unit: None,
-            starts_small: true,
-        };
-        assert_eq!(s.first_batch_cells(4), 2 * MIB);
-        assert_eq!(s.later_batch_cells(4, 2 * MIB as u64, 1), 2 * MIB);
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use super::super::error::Result;
 use super::super::object::ArrayObject;
-use super::super::reader::Selection;
+use super::super::read::Selection;
 use super::{index_column, matrix_width, AnnDataExperiment, AnnDataMeasurement};
 use super::{Named, UnsCollection};
 

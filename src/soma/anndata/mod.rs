@@ -40,7 +40,7 @@ pub use uns::{uns_array_layout, uns_element, UnsElement, UnsTogether, UnsValues}
 use super::error::{Error, Result};
 use super::joinids::{joinids, Positions};
 use super::object::{ArrayObject, GroupObject, Objects, SomaObject};
-use super::reader::{labels_array, BatchReader, ReadAhead, RowPiece, Selection, BATCH_BYTES};
+use super::read::{labels_array, BatchReader, ReadAhead, RowPiece, Selection, BATCH_BYTES};
 use super::schema::Column;
 use super::soma_type::SomaType;
 
@@ -832,7 +832,7 @@ pub fn runs_in_domain(array: &ArrayObject, dim: usize, runs: &[(i64, i64)]) -> V
 
 /// Reads a two-dimensional array's cells in the rows `rows` (all when `None`), a batch at
 /// a time with its coordinates: a dense array's values alone where their order tells their
-/// coordinates ([`DenseCellOrder`](super::reader::DenseCellOrder)), libtiledb filling them
+/// coordinates ([`DenseCellOrder`](super::read::DenseCellOrder)), libtiledb filling them
 /// in cell by cell otherwise.
 fn read_matrix(
     array: &ArrayObject,
