@@ -9,7 +9,85 @@ use arrow_ord::sort::{lexsort_to_indices, SortColumn};
 use arrow_schema::SchemaRef;
 
 use super::arrow::int64_values;
+use super::plan::{Plan, ReadPlan};
 use crate::soma::error::{Error, Result};
+
+/// How a reader puts its rows in order, following its plan's [`SortPlan`].
+pub(super) enum Sorter {
+    /// libtiledb returns them in order (or no order is asked).
+    AsRead,
+    /// Global order, sorted band by band.
+    Bands(BandSorter),
+    /// Everything read first, then sorted whole by the first `index_columns` columns.
+    InMemory {
+        held: Vec<RecordBatch>,
+        schema: SchemaRef,
+        index_columns: usize,
+    },
+}
+
+/// What one step of reading gave.
+pub(super) enum Step {
+    Batch(RecordBatch),
+    /// A run's query has returned everything.
+    RunEnd,
+    End,
+}
+
+impl Sorter {
+    /// The sorter of a read following `plan`, of rows of `schema`, whose cells are `distinct`
+    /// (the array allows no duplicates).
+    pub(super) fn of(plan: &ReadPlan, schema: SchemaRef, distinct: bool) -> Sorter {
+        let index_columns = plan.columns.iter().filter(|c| c.is_index).count();
+        match (plan.sort.sorted_bytes, plan.sort.plan) {
+            (Some(_), _) => Sorter::InMemory {
+                held: Vec::new(),
+                schema,
+                index_columns,
+            },
+            (None, Plan::Bands { extent, origin }) => Sorter::Bands(BandSorter {
+                extent,
+                origin,
+                key_columns: plan.ranges.len() - 1,
+                distinct,
+                band: None,
+                pending: Vec::new(),
+            }),
+            (None, Plan::Sorted(_)) => Sorter::AsRead,
+        }
+    }
+
+    /// Takes one step of the read: the batches it puts in order go to `ready`. `true` once
+    /// the read has ended and everything is in `ready`.
+    pub(super) fn take(&mut self, step: Step, ready: &mut VecDeque<RecordBatch>) -> Result<bool> {
+        match (self, step) {
+            (Sorter::AsRead, Step::Batch(batch)) => ready.push_back(batch),
+            (Sorter::Bands(bands), Step::Batch(batch)) => bands.push(&batch, ready)?,
+            // Runs hold whole bands: the band read last is complete.
+            (Sorter::Bands(bands), Step::RunEnd) => bands.finish_band(ready)?,
+            (Sorter::Bands(bands), Step::End) => {
+                bands.finish_band(ready)?;
+                return Ok(true);
+            }
+            (Sorter::InMemory { held, .. }, Step::Batch(batch)) => held.push(batch),
+            (
+                Sorter::InMemory {
+                    held,
+                    schema,
+                    index_columns,
+                },
+                Step::End,
+            ) => {
+                let held = std::mem::take(held);
+                ready.extend(sort_by_index(schema, &held, *index_columns)?);
+                return Ok(true);
+            }
+            (_, Step::RunEnd) => {}
+            (_, Step::End) => return Ok(true),
+        }
+        Ok(false)
+    }
+}
 
 /// `batches` as one batch sorted by its first `index_columns` columns; `None` when empty.
 pub(super) fn sort_by_index(
@@ -241,5 +319,85 @@ mod tests {
         let twice: Vec<u32> = [0].into_iter().chain(0..batch.num_rows() as u32).collect();
         let twice = arrow_select::take::take_record_batch(&batch, &UInt32Array::from(twice));
         assert!(sort(&twice.unwrap()).is_err());
+    }
+
+    fn int64_batch(values: &[(i64, i64)]) -> RecordBatch {
+        let schema = Arc::new(arrow_schema::Schema::new(vec![
+            arrow_schema::Field::new("a", DataType::Int64, false),
+            arrow_schema::Field::new("b", DataType::Int64, false),
+        ]));
+        let column = |f: fn(&(i64, i64)) -> i64| -> ArrayRef {
+            Arc::new(arrow_array::Int64Array::from_iter_values(
+                values.iter().map(f),
+            ))
+        };
+        RecordBatch::try_new(schema, vec![column(|c| c.0), column(|c| c.1)]).unwrap()
+    }
+
+    fn pairs(batches: &VecDeque<RecordBatch>) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        for b in batches {
+            let a = int64_values(b.column(0)).unwrap();
+            let c = int64_values(b.column(1)).unwrap();
+            out.extend(a.iter().copied().zip(c.iter().copied()));
+        }
+        out
+    }
+
+    #[test]
+    fn a_read_sorted_in_memory_hands_out_nothing_before_its_end() {
+        let first = int64_batch(&[(3, 0), (1, 1)]);
+        let second = int64_batch(&[(2, 5), (1, 0)]);
+        let mut sorter = Sorter::InMemory {
+            held: Vec::new(),
+            schema: first.schema(),
+            index_columns: 2,
+        };
+        let mut ready = VecDeque::new();
+        assert!(!sorter.take(Step::Batch(first), &mut ready).unwrap());
+        assert!(!sorter.take(Step::RunEnd, &mut ready).unwrap());
+        assert!(!sorter.take(Step::Batch(second), &mut ready).unwrap());
+        assert!(ready.is_empty());
+        assert!(sorter.take(Step::End, &mut ready).unwrap());
+        assert_eq!(pairs(&ready), [(1, 0), (1, 1), (2, 5), (3, 0)]);
+        // Nothing read: nothing handed out.
+        let mut empty = Sorter::InMemory {
+            held: Vec::new(),
+            schema: int64_batch(&[]).schema(),
+            index_columns: 2,
+        };
+        let mut ready = VecDeque::new();
+        assert!(empty.take(Step::End, &mut ready).unwrap() && ready.is_empty());
+    }
+
+    #[test]
+    fn a_band_sorter_hands_out_each_band_as_a_run_ends_and_the_last_at_the_end() {
+        let mut sorter = Sorter::Bands(BandSorter {
+            extent: 10,
+            origin: 0,
+            key_columns: 1,
+            distinct: true,
+            band: None,
+            pending: Vec::new(),
+        });
+        let mut ready = VecDeque::new();
+        // Global order of a band: by column, then row.
+        let band = int64_batch(&[(2, 0), (5, 0), (1, 1), (2, 1)]);
+        assert!(!sorter.take(Step::Batch(band), &mut ready).unwrap());
+        assert!(ready.is_empty(), "a band is held until it ends");
+        assert!(!sorter.take(Step::RunEnd, &mut ready).unwrap());
+        assert_eq!(pairs(&ready), [(1, 1), (2, 0), (2, 1), (5, 0)]);
+        ready.clear();
+        let next = int64_batch(&[(15, 0), (12, 3)]);
+        assert!(!sorter.take(Step::Batch(next), &mut ready).unwrap());
+        assert!(sorter.take(Step::End, &mut ready).unwrap());
+        assert_eq!(pairs(&ready), [(12, 3), (15, 0)]);
+        // As read: batches pass through as they come.
+        let mut as_read = Sorter::AsRead;
+        let mut ready = VecDeque::new();
+        let batch = int64_batch(&[(9, 9), (1, 1)]);
+        assert!(!as_read.take(Step::Batch(batch), &mut ready).unwrap());
+        assert_eq!(pairs(&ready), [(9, 9), (1, 1)]);
+        assert!(as_read.take(Step::End, &mut ready).unwrap());
     }
 }

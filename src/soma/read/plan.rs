@@ -11,10 +11,13 @@ use crate::tiledb::{self, ColumnSpec, Layout, Order, Value};
 
 use super::memory::TileUnit;
 
+use super::condition::label_equality;
 use super::condition::Equality;
+use super::memory::tiledb_query_memory;
 use super::memory::{reader_memory, IN_MEMORY_SORT_BYTES};
-use super::order::BandSorter;
+use super::spans::SpanReads;
 use super::Selection;
+use crate::soma::error::Result;
 use crate::soma::object::ArrayObject;
 use crate::soma::schema::Column;
 
@@ -263,15 +266,15 @@ pub(super) fn sorts_in_memory(array: &ArrayObject, plan: &Plan, read_bytes: u64)
 }
 
 /// How a read gets its rows in order: the [`Plan`] its queries follow, and whether it sorts
-/// them here, in memory.
+/// them here, in memory (the reader's [`Sorter`](super::order::Sorter) follows it).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct ReadPlan {
+pub(super) struct SortPlan {
     pub(super) plan: Plan,
     /// For a read sorted in memory: the bytes it reads (estimated), all held until sorted.
     pub(super) sorted_bytes: Option<u64>,
 }
 
-impl ReadPlan {
+impl SortPlan {
     /// The plan for reading `ranges` (one list per index column) of `array`, sorted or not
     /// (`unsorted`), about `read_bytes` in all: the array's [`plan`], unless several ranges
     /// of a dimension ([`multi_range_plan`]), no order ([`unsorted_plan`]) or a small read
@@ -281,7 +284,7 @@ impl ReadPlan {
         ranges: &[Vec<(Value, Value)>],
         unsorted: bool,
         read_bytes: u64,
-    ) -> ReadPlan {
+    ) -> SortPlan {
         let mut plan = multi_range_plan(plan(array), ranges);
         // Several ranges of a dimension read in one query are read in row-major order only:
         // such a read is neither unsorted nor sorted here.
@@ -295,7 +298,7 @@ impl ReadPlan {
         if sorted_bytes.is_some() {
             plan = Plan::Sorted(Layout::GlobalOrder);
         }
-        ReadPlan { plan, sorted_bytes }
+        SortPlan { plan, sorted_bytes }
     }
 
     /// The memory the reader takes from the budget (see [`reader_memory`]), its queries
@@ -313,14 +316,135 @@ impl ReadPlan {
     }
 }
 
+/// What a read returns: sorted rows of the index columns and the columns the selection asks
+/// for, or the columns `only` in no order that means anything, the nulls of the columns
+/// `null_counted` counted.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Mode<'a> {
+    Sorted,
+    Unsorted {
+        only: &'a [&'a str],
+        null_counted: &'a [&'a str],
+    },
+}
+
+/// What a read does, decided before its first query: everything its queries are made of.
+#[derive(Debug)]
+pub(super) struct ReadPlan {
+    /// The columns it returns, in schema order.
+    pub(super) columns: Vec<Column>,
+    /// Ranges per index column as its queries read them (a run's replace the first).
+    pub(super) ranges: Vec<Vec<(Value, Value)>>,
+    /// The exact values its queries test cells for: a label, exact text values.
+    pub(super) equalities: Vec<Equality>,
+    /// How its rows come in order.
+    pub(super) sort: SortPlan,
+    /// The runs of a band-sorted read, in order (none otherwise).
+    pub(super) runs: VecDeque<Run>,
+    /// For a band-sorted read whose runs may be read as their spans.
+    pub(super) spans: Option<SpanReads>,
+    /// About how many cells one query returns (for runs, per band): sizes its first batch.
+    pub(super) expected_cells: u64,
+    /// What libtiledb decompresses at a time, in cells of this read.
+    pub(super) unit: Option<TileUnit>,
+    /// The rows a dense read selects: it must return exactly these.
+    pub(super) expected_rows: Option<u64>,
+    /// The columns whose nulls every query counts.
+    pub(super) null_counted: Vec<String>,
+    /// The memory it holds.
+    pub(super) memory: ReadMemory,
+}
+
+/// The memory a read holds (see [`super::memory`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct ReadMemory {
+    /// The buffer bytes a batch aims for.
+    pub(super) batch_bytes: usize,
+    /// What libtiledb may hold for each global-order or unordered query (`None`: its
+    /// default).
+    pub(super) per_query: Option<u64>,
+    /// What the reader takes from the memory budget.
+    pub(super) reader: u64,
+}
+
+impl ReadPlan {
+    /// The plan for reading `selection` of `array` in `mode`, about `cells` cells, in
+    /// batches of about `batch_bytes`. The steps: the columns it returns, the ranges it
+    /// reads, its [`SortPlan`], the conditions its queries test, its runs when band-sorted,
+    /// the memory it holds.
+    pub(super) fn new(
+        array: &ArrayObject,
+        selection: &Selection,
+        mode: Mode,
+        cells: u64,
+        batch_bytes: usize,
+    ) -> Result<ReadPlan> {
+        let (only, null_counted) = match mode {
+            Mode::Sorted => (None, &[][..]),
+            Mode::Unsorted { only, null_counted } => (Some(only), null_counted),
+        };
+        let columns = read_columns(array, selection, only);
+        let mut ranges = read_ranges(array, selection);
+        let dense_selected = selected_cells(&ranges);
+        let read_bytes = cells.saturating_mul(row_bytes(&columns));
+        let sort = SortPlan::choose(array, &ranges, only.is_some(), read_bytes);
+        let mut equalities = Vec::from_iter(label_equality(array, selection)?);
+        equalities.extend(text_dimension_equalities(array, &sort, &mut ranges));
+        let (mut runs, expected_cells) = match sort.plan {
+            Plan::Sorted(_) => (VecDeque::new(), cells),
+            Plan::Bands { extent, origin } => {
+                let b = band_runs_of(array, &ranges, extent, origin, cells);
+                (b.runs, b.cells_per_band)
+            }
+        };
+        let spans = match only {
+            None => SpanReads::of(array, sort.plan),
+            Some(_) => None,
+        };
+        let per_query = tiledb_query_memory(array, cells, &runs, &ranges[0]);
+        let memory = ReadMemory {
+            batch_bytes,
+            per_query,
+            reader: sort.memory(batch_bytes, per_query.unwrap_or(0)),
+        };
+        let unconditional = equalities.is_empty() && selection.filter.is_none();
+        let mut expected_rows = (array.schema.dense && unconditional)
+            .then_some(dense_selected)
+            .flatten();
+        if selection.is_empty() {
+            // A range outside the domain: nothing to read.
+            runs = VecDeque::from([Run::new()]);
+            expected_rows = Some(0);
+        }
+        Ok(ReadPlan {
+            unit: tile_unit(array, &ranges),
+            columns,
+            ranges,
+            equalities,
+            sort,
+            runs,
+            spans,
+            expected_cells,
+            expected_rows,
+            null_counted: null_counted.iter().map(|c| (*c).to_owned()).collect(),
+            memory,
+        })
+    }
+
+    /// The layout of the read's queries (a run of several ranges is read unordered).
+    pub(super) fn layout(&self) -> Layout {
+        plan_layout(&self.sort.plan).unwrap_or(Layout::GlobalOrder)
+    }
+}
+
 /// The exact values of string dimensions that a read following `read` tests as a condition,
 /// each one's range cleared from `ranges`: libtiledb 2.30's row-major reader crashes
 /// (SIGSEGV in its tile overlap ratio) on a range of a string dimension when a tile holds
 /// only empty strings there, and its global-order reader loses a row of such a range on an
-/// array of several index columns. None unless `read` [`ReadPlan::tests_exact_text`].
+/// array of several index columns. None unless `read` [`SortPlan::tests_exact_text`].
 pub(super) fn text_dimension_equalities(
     array: &ArrayObject,
-    read: &ReadPlan,
+    read: &SortPlan,
     ranges: &mut [Vec<(Value, Value)>],
 ) -> Vec<Equality> {
     let mut equalities = Vec::new();
@@ -368,7 +492,6 @@ pub(super) fn stored_rows(array: &ArrayObject, ranges: &[(Value, Value)]) -> Vec
 pub(super) struct BandRuns {
     /// The runs its queries read, in order.
     pub(super) runs: VecDeque<Run>,
-    pub(super) sorter: BandSorter,
     /// The cells of a band of the selected rows, taken as spread evenly.
     pub(super) cells_per_band: u64,
 }
@@ -405,17 +528,8 @@ pub(super) fn band_runs_of(
         // Nothing stored in the selected ranges: an empty read.
         runs.push_back(Run::new());
     }
-    let sorter = BandSorter {
-        extent,
-        origin,
-        key_columns: ranges.len() - 1,
-        distinct: !array.schema.allows_duplicates,
-        band: None,
-        pending: Vec::new(),
-    };
     BandRuns {
         runs,
-        sorter,
         cells_per_band,
     }
 }
@@ -513,7 +627,7 @@ mod tests {
             origin: 0,
         };
         let chosen = |array: &ArrayObject, ranges: &[Vec<(Value, Value)>]| {
-            ReadPlan::choose(array, ranges, false, BIG).plan
+            SortPlan::choose(array, ranges, false, BIG).plan
         };
         assert_eq!(chosen(&matrix, &[vec![], vec![]]), bands);
         // Several ranges of the first dimension become runs of bands.
@@ -532,7 +646,7 @@ mod tests {
         assert_eq!(chosen(&frame, &two), Plan::Sorted(Layout::RowMajor));
         // However small, or unsorted: global order cannot read several ranges.
         for unsorted in [false, true] {
-            let small = ReadPlan::choose(&matrix, &columns, unsorted, 1);
+            let small = SortPlan::choose(&matrix, &columns, unsorted, 1);
             assert_eq!(small.plan, Plan::Sorted(Layout::RowMajor), "{unsorted}");
             assert_eq!(small.sorted_bytes, None);
         }
@@ -543,7 +657,7 @@ mod tests {
         // Indexed by a string and an integer: libtiledb sorts it row-major.
         let frame = sparse(vec![text_index("name"), int_index("id"), value_column("v")]);
         let ranges = [vec![], vec![]];
-        let small = ReadPlan::choose(&frame, &ranges, false, IN_MEMORY_SORT_BYTES);
+        let small = SortPlan::choose(&frame, &ranges, false, IN_MEMORY_SORT_BYTES);
         assert_eq!(small.plan, Plan::Sorted(Layout::GlobalOrder));
         assert_eq!(small.sorted_bytes, Some(IN_MEMORY_SORT_BYTES));
         // What it reads is held until sorted: the budget counts it.
@@ -551,7 +665,7 @@ mod tests {
             small.memory(BATCH_BYTES, 0),
             READER_BATCHES * BATCH_BYTES as u64 + IN_MEMORY_SORT_BYTES
         );
-        let big = ReadPlan::choose(&frame, &ranges, false, BIG);
+        let big = SortPlan::choose(&frame, &ranges, false, BIG);
         assert_eq!(big.plan, Plan::Sorted(Layout::RowMajor));
         assert_eq!(big.sorted_bytes, None);
         assert_eq!(
@@ -559,14 +673,14 @@ mod tests {
             READER_BATCHES * BATCH_BYTES as u64
         );
         // An unsorted read needs no sort: global order, nothing held.
-        let unsorted = ReadPlan::choose(&frame, &ranges, true, 1);
+        let unsorted = SortPlan::choose(&frame, &ranges, true, 1);
         assert_eq!(unsorted.plan, Plan::Sorted(Layout::GlobalOrder));
         assert_eq!(unsorted.sorted_bytes, None);
         // A dense read is row-major, sorted by libtiledb, however small.
         let mut dense = sparse(vec![int_index("d0"), int_index("d1"), value_column("v")]);
         dense.schema.dense = true;
         for unsorted in [false, true] {
-            let read = ReadPlan::choose(&dense, &ranges, unsorted, 1);
+            let read = SortPlan::choose(&dense, &ranges, unsorted, 1);
             assert_eq!(read.plan, Plan::Sorted(Layout::RowMajor));
             assert_eq!(read.sorted_bytes, None);
         }
@@ -581,7 +695,7 @@ mod tests {
             value: Some(b"b".to_vec()),
         }];
         for read_bytes in [1, BIG] {
-            let read = ReadPlan::choose(&frame, &selected(), false, read_bytes);
+            let read = SortPlan::choose(&frame, &selected(), false, read_bytes);
             let mut ranges = selected();
             let equalities = text_dimension_equalities(&frame, &read, &mut ranges);
             assert_eq!(equalities, expected);
@@ -589,13 +703,13 @@ mod tests {
             assert_eq!(ranges, [vec![], vec![range(0, 9)]]);
         }
         // A range of several values is read as one.
-        let read = ReadPlan::choose(&frame, &selected(), false, BIG);
+        let read = SortPlan::choose(&frame, &selected(), false, BIG);
         let between = (Value::Text("a".into()), Value::Text("c".into()));
         let mut ranges = vec![vec![between.clone()], vec![]];
         assert_eq!(text_dimension_equalities(&frame, &read, &mut ranges), []);
         assert_eq!(ranges, [vec![between], vec![]]);
         // An unsorted read (global order, no sort here) reads the value as a range.
-        let read = ReadPlan::choose(&frame, &selected(), true, 1);
+        let read = SortPlan::choose(&frame, &selected(), true, 1);
         let mut ranges = selected();
         assert_eq!(text_dimension_equalities(&frame, &read, &mut ranges), []);
         assert_eq!(ranges, selected());
@@ -614,7 +728,6 @@ mod tests {
         // Its fragments tell no cells: after the first row, one run of three ranges.
         let runs = [vec![(0, 0)], vec![(1, 99), (100, 249), (950, 999)]];
         assert_eq!(Vec::from(b.runs), runs);
-        assert_eq!((b.sorter.extent, b.sorter.key_columns), (100, 1));
         // No range: everything stored.
         assert_eq!(stored_rows(&matrix, &[]), [(0, 999)]);
         // Nothing stored in the ranges: one empty run.
@@ -702,5 +815,71 @@ mod tests {
         );
         // An unsorted read returns only the columns it names, index columns too.
         assert_eq!(names(read_columns(&frame, &all, Some(&["x"]))), ["x"]);
+    }
+
+    #[test]
+    fn a_plan_holds_what_its_queries_are_made_of() {
+        let matrix = sparse(vec![int_index("d0"), int_index("d1"), value_column("v")]);
+        let rows = Selection {
+            ranges: vec![vec![range(0, 9), range(500, 509)], vec![]],
+            ..Selection::default()
+        };
+        let plan = ReadPlan::new(&matrix, &rows, Mode::Sorted, 3_000_000, BATCH_BYTES).unwrap();
+        let names: Vec<&str> = plan.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["d0", "d1", "v"]);
+        // Band-sorted, in global order, through runs of its two ranges.
+        assert_eq!(
+            plan.sort.plan,
+            Plan::Bands {
+                extent: 100,
+                origin: 0
+            }
+        );
+        assert_eq!(plan.layout(), Layout::GlobalOrder);
+        let covered: Vec<(i128, i128)> = plan.runs.iter().flatten().copied().collect();
+        assert_eq!(covered.first(), Some(&(0, 0)));
+        assert_eq!(covered.last(), Some(&(500, 509)));
+        // A sparse read: no condition, no count of its rows, memory for its runs read ahead.
+        assert!(plan.equalities.is_empty() && plan.expected_rows.is_none());
+        let per_query = plan.memory.per_query.expect("fixed-width columns");
+        assert_eq!(plan.memory.reader, plan.sort.memory(BATCH_BYTES, per_query));
+        assert!(plan.memory.reader > READER_BATCHES * BATCH_BYTES as u64);
+
+        // Unsorted: the columns it names, nulls counted, no spans, in one query.
+        let mode = Mode::Unsorted {
+            only: &["v"],
+            null_counted: &["v"],
+        };
+        let plan = ReadPlan::new(&matrix, &Selection::default(), mode, 10, BATCH_BYTES).unwrap();
+        assert_eq!(plan.columns.len(), 1);
+        assert_eq!(plan.null_counted, ["v"]);
+        assert!(plan.spans.is_none() && plan.runs.is_empty());
+        assert_eq!(plan.layout(), Layout::GlobalOrder);
+    }
+
+    #[test]
+    fn a_dense_plan_expects_every_cell_of_its_ranges_unless_a_condition_tests_them() {
+        let mut dense = sparse(vec![int_index("d0"), int_index("d1"), value_column("v")]);
+        dense.schema.dense = true;
+        let rows = Selection {
+            ranges: vec![vec![range(0, 9), range(20, 24)], vec![range(0, 99)]],
+            ..Selection::default()
+        };
+        let plan = ReadPlan::new(&dense, &rows, Mode::Sorted, 1500, BATCH_BYTES).unwrap();
+        assert_eq!(plan.expected_rows, Some(15 * 100));
+        assert_eq!(plan.layout(), Layout::RowMajor);
+        // Its columns' current domains fill the ranges it leaves open.
+        let open = Selection::default();
+        let plan = ReadPlan::new(&dense, &open, Mode::Sorted, 0, BATCH_BYTES).unwrap();
+        assert_eq!(plan.ranges, [vec![range(0, 999)], vec![range(0, 999)]]);
+        assert_eq!(plan.expected_rows, Some(1000 * 1000));
+        // A range outside the domain: one empty run, no rows.
+        let outside = Selection {
+            ranges: vec![vec![range(5, 1)]],
+            ..Selection::default()
+        };
+        let plan = ReadPlan::new(&dense, &outside, Mode::Sorted, 0, BATCH_BYTES).unwrap();
+        assert_eq!(Vec::from(plan.runs), [Run::new()]);
+        assert_eq!(plan.expected_rows, Some(0));
     }
 }
