@@ -16,6 +16,8 @@ pub mod slice_name;
 pub mod tree;
 
 #[cfg(test)]
+mod reads_tests;
+#[cfg(test)]
 mod tests;
 
 pub use cache::ContentCache;

@@ -21,7 +21,7 @@ use super::tree::{Attr, Ino, Tree, ROOT};
 /// A store in memory: objects by URI (or why each cannot be opened), and how many opens
 /// were asked of it.
 #[derive(Default)]
-struct FakeStore {
+pub(super) struct FakeStore {
     objects: Mutex<HashMap<String, Result<Arc<SomaObject>, String>>>,
     opens: Mutex<HashMap<String, usize>>,
 }
@@ -58,7 +58,7 @@ impl Objects for Arc<FakeStore> {
 }
 
 impl FakeStore {
-    fn put(&self, object: SomaObject) {
+    pub(super) fn put(&self, object: SomaObject) {
         let uri = object.uri().to_owned();
         self.objects
             .lock()
@@ -73,15 +73,23 @@ impl FakeStore {
             .insert(uri.to_owned(), Err(message.to_owned()));
     }
 
+    /// The object at `uri`, as put.
+    pub(super) fn object(&self, uri: &str) -> Arc<SomaObject> {
+        match self.objects.lock().unwrap().get(uri) {
+            Some(Ok(object)) => object.clone(),
+            _ => panic!("no object at {uri}"),
+        }
+    }
+
     /// How many times `uri` was opened.
-    fn opens(&self, uri: &str) -> usize {
+    pub(super) fn opens(&self, uri: &str) -> usize {
         self.opens.lock().unwrap().get(uri).copied().unwrap_or(0)
     }
 }
 
 /// An experiment: obs, ms/ (empty), members named a/b and a%2Fb, a member named like a
 /// generated file, and a member that cannot be opened.
-fn store() -> Arc<FakeStore> {
+pub(super) fn store() -> Arc<FakeStore> {
     let store = Arc::new(FakeStore::default());
     store.put(group(
         "mem://exp",
@@ -104,7 +112,7 @@ fn store() -> Arc<FakeStore> {
 }
 
 /// [`store`] whose `ms` holds a measurement RNA: var, and X with a sparse layer `data`.
-fn store_with_measurement() -> Arc<FakeStore> {
+pub(super) fn store_with_measurement() -> Arc<FakeStore> {
     let store = store();
     let array = ObjectType::Array;
     store.put(group(
@@ -130,10 +138,10 @@ fn store_with_measurement() -> Arc<FakeStore> {
     store
 }
 
-struct Mounted {
-    tree: Arc<Tree>,
-    store: Arc<FakeStore>,
-    cache_dir: std::path::PathBuf,
+pub(super) struct Mounted {
+    pub(super) tree: Arc<Tree>,
+    pub(super) store: Arc<FakeStore>,
+    pub(super) cache_dir: std::path::PathBuf,
 }
 
 impl Drop for Mounted {
@@ -142,7 +150,7 @@ impl Drop for Mounted {
     }
 }
 
-fn mount_with(store: Arc<FakeStore>, ttl: Duration) -> Mounted {
+pub(super) fn mount_with(store: Arc<FakeStore>, ttl: Duration) -> Mounted {
     mount_at(store, "mem://exp", ttl)
 }
 
@@ -201,12 +209,12 @@ impl Mounted {
         entries.into_iter().map(|(_, _, name)| name).collect()
     }
 
-    fn open(&self, ino: Ino) -> Result<super::tree::Opened, FsError> {
+    pub(super) fn open(&self, ino: Ino) -> Result<super::tree::Opened, FsError> {
         answered(|answer| self.tree.open(ino, answer))
     }
 
     /// `stat` of a path from the root, as the kernel asks: a lookup per name.
-    fn stat(&self, path: &str) -> Result<Attr, FsError> {
+    pub(super) fn stat(&self, path: &str) -> Result<Attr, FsError> {
         let mut attr = self.tree.attr(ROOT)?;
         for name in path.split('/').filter(|n| !n.is_empty()) {
             attr = answered(|answer| self.tree.lookup(attr.ino, name, answer))?;
@@ -214,7 +222,7 @@ impl Mounted {
         Ok(attr)
     }
 
-    fn read(&self, path: &str) -> Result<Vec<u8>, FsError> {
+    pub(super) fn read(&self, path: &str) -> Result<Vec<u8>, FsError> {
         let attr = self.stat(path)?;
         let opened = self.open(attr.ino)?;
         let bytes = answered(|answer| self.tree.read(opened.fh, 0, 1 << 20, answer));

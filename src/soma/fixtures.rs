@@ -1,6 +1,7 @@
 //! Objects made up in memory, for tests of what is built on SOMA objects without
 //! libtiledb: groups, data frames and ND arrays described by their schemas (every read of
-//! their data fails), and a store that opens them by URI.
+//! their data fails unless cells in memory are put behind them: [`with_cells`]), and a store
+//! that opens them by URI.
 
 use std::sync::Arc;
 
@@ -10,7 +11,12 @@ use crate::tiledb::{
     self, Datatype, EnumerationInfo, Fragment, Member, Metadata, MetadataValue, ObjectType, Value,
 };
 
-use super::{ArrayObject, Column, GroupObject, Objects, SomaObject, SomaSchema, SomaType};
+use arrow_array::{DictionaryArray, Float32Array, Float64Array, Int64Array, Int8Array};
+use arrow_array::{LargeStringArray, RecordBatch};
+
+use super::{
+    ArrayObject, Column, GroupObject, MemoryCells, Objects, SomaObject, SomaSchema, SomaType,
+};
 
 /// Objects by URI; opening any other URI fails.
 pub struct MemoryStore(pub Vec<Arc<SomaObject>>);
@@ -157,4 +163,77 @@ pub fn sparse_array(uri: &str) -> SomaObject {
         dense.non_empty_domain.clone(),
         fragments,
     )))
+}
+
+/// `object`, an array made here, with `cells` behind it.
+pub fn with_cells(object: SomaObject, cells: MemoryCells) -> SomaObject {
+    let SomaObject::Array(array) = object else {
+        panic!("cells go behind an array")
+    };
+    let array = Arc::try_unwrap(array).expect("an array made here, not shared yet");
+    SomaObject::Array(Arc::new(array.with_cells(cells)))
+}
+
+/// Whether row `joinid` of [`dataframe_cells`] holds a null `x`, and a null `cell_type`.
+pub fn dataframe_nulls(joinid: i64) -> (bool, bool) {
+    (joinid % 10 == 7, joinid % 25 == 24)
+}
+
+/// The cells of [`dataframe`], in batches of `batch_rows`: row `j` holds `x = j / 2 + 0.25`
+/// and `cell_type` "a" when `j` is even, "b/c" when odd; nulls where [`dataframe_nulls`]
+/// says.
+pub fn dataframe_cells(batch_rows: usize) -> MemoryCells {
+    let SomaObject::Array(frame) = dataframe("mem://cells", "f") else {
+        unreachable!("dataframe makes an array")
+    };
+    let ids: Vec<i64> = (0..100).collect();
+    let x = ids
+        .iter()
+        .map(|&j| (!dataframe_nulls(j).0).then_some(j as f64 / 2.0 + 0.25));
+    let codes = (ids.iter()).map(|&j| (!dataframe_nulls(j).1).then_some((j % 2) as i8));
+    let labels = LargeStringArray::from_iter_values(["a", "b/c"]);
+    let cell_type = DictionaryArray::try_new(Int8Array::from_iter(codes), Arc::new(labels));
+    let cells = RecordBatch::try_new(
+        frame.schema.arrow_of(&frame.schema.columns),
+        vec![
+            Arc::new(Int64Array::from(ids.clone())),
+            Arc::new(Float64Array::from_iter(x)),
+            Arc::new(cell_type.expect("codes within the labels")),
+        ],
+    );
+    MemoryCells::new(cells.expect("the frame's schema"), batch_rows)
+}
+
+/// The columns of row `i`'s cells in [`sparse_cells`].
+pub fn sparse_row_columns(i: i64) -> [i64; 3] {
+    let mut columns = [i % 10, (i + 3) % 10, (i + 7) % 10];
+    columns.sort();
+    columns
+}
+
+/// The value of cell `(i, j)` of [`sparse_cells`].
+pub fn sparse_value(i: i64, j: i64) -> f32 {
+    (i * 10 + j) as f32 + 0.5
+}
+
+/// The 300 cells of [`sparse_array`], in batches of `batch_rows`: three a row, at the
+/// columns [`sparse_row_columns`] says, holding [`sparse_value`].
+pub fn sparse_cells(batch_rows: usize) -> MemoryCells {
+    let SomaObject::Array(matrix) = sparse_array("mem://cells") else {
+        unreachable!("sparse_array makes an array")
+    };
+    let cells: Vec<(i64, i64)> = (0..100)
+        .flat_map(|i| sparse_row_columns(i).map(|j| (i, j)))
+        .collect();
+    let batch = RecordBatch::try_new(
+        matrix.schema.arrow_of(&matrix.schema.columns),
+        vec![
+            Arc::new(Int64Array::from_iter_values(cells.iter().map(|c| c.0))),
+            Arc::new(Int64Array::from_iter_values(cells.iter().map(|c| c.1))),
+            Arc::new(Float32Array::from_iter_values(
+                cells.iter().map(|&(i, j)| sparse_value(i, j)),
+            )),
+        ],
+    );
+    MemoryCells::new(batch.expect("the matrix's schema"), batch_rows)
 }

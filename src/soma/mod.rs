@@ -21,8 +21,10 @@ pub mod spatial;
 pub mod tenx;
 
 pub use error::{Error, Result};
-pub use object::{shows_the_past, ArrayObject, GroupObject, Objects, SomaObject, Store};
-pub use read::{dense_values, BatchReader, ReadAhead, RowPiece, Selection, BATCH_BYTES};
+pub use object::{shows_the_past, ArrayData, ArrayObject, GroupObject, Objects, SomaObject, Store};
+pub use read::{
+    dense_values, BatchReader, MemoryCells, ReadAhead, RowPiece, Selection, BATCH_BYTES,
+};
 pub use schema::{arrow_type, Column, SomaSchema};
 pub use selected::{estimated_cells_along, SelectedRows};
 pub use slice::{chunks, counted_cells, estimated_cells};

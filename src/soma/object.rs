@@ -12,6 +12,7 @@ use crate::tiledb::{
     self, Array, Config, Context, Fragment, FragmentInfo, Group, Member, Metadata, ObjectType,
 };
 
+use super::read::MemoryCells;
 use super::schema::SomaSchema;
 use super::soma_type::SomaType;
 
@@ -42,12 +43,23 @@ pub struct ArrayObject {
     pub mount_timestamp_ms: Option<u64>,
     /// What the content depends on, digested (see `content_digest`).
     pub content_id: String,
-    /// The array as this snapshot opened it. Every read goes through it: libtiledb shares an
-    /// open array between concurrent queries, and a reopen would cost round trips on S3.
-    /// (`None` for an array only described, as the filesystem's unit tests make them.)
-    handle: Option<Arc<Array>>,
+    /// Where its cells are read from.
+    data: ArrayData,
     /// The last chunks `slices/` cut the array into, and of about how many cells.
     chunks: Mutex<Option<(u64, Chunks)>>,
+}
+
+/// Where an array's cells are read from.
+#[derive(Debug, Clone)]
+pub enum ArrayData {
+    /// Nowhere: the array is only described, and every read of its cells fails.
+    Described,
+    /// libtiledb's array as the snapshot opened it. Every read goes through it: libtiledb
+    /// shares an open array between concurrent queries, and a reopen would cost round trips
+    /// on S3.
+    Tiledb(Arc<Array>),
+    /// Cells held in memory, for the unit tests of what is built on reads.
+    Memory(Arc<MemoryCells>),
 }
 
 /// Ranges of the first index column (see [`super::chunks`]).
@@ -92,7 +104,7 @@ impl ArrayObject {
             },
             mount_timestamp_ms: None,
             content_id: String::new(),
-            handle: None,
+            data: ArrayData::Described,
             chunks: Mutex::new(None),
         };
         array.content_id = array.content_digest();
@@ -216,9 +228,26 @@ impl ArrayObject {
 
     /// The array open at this snapshot, for queries.
     pub fn handle(&self) -> super::Result<Arc<Array>> {
-        self.handle.clone().ok_or_else(|| {
-            super::Error::invalid(format!("{}: described only, no data to read", self.uri))
-        })
+        match &self.data {
+            ArrayData::Tiledb(array) => Ok(array.clone()),
+            _ => Err(super::Error::invalid(format!(
+                "{}: described only, no data to read",
+                self.uri
+            ))),
+        }
+    }
+
+    /// Where the array's cells are read from.
+    pub fn data(&self) -> &ArrayData {
+        &self.data
+    }
+
+    /// The array described, its cells held in memory.
+    pub fn with_cells(self, cells: MemoryCells) -> ArrayObject {
+        ArrayObject {
+            data: ArrayData::Memory(Arc::new(cells)),
+            ..self
+        }
     }
 
     /// The number of stored cells.
@@ -585,7 +614,7 @@ impl Store {
             },
             mount_timestamp_ms: self.timestamp_ms,
             content_id: String::new(),
-            handle: Some(Arc::new(array)),
+            data: ArrayData::Tiledb(Arc::new(array)),
             chunks: Mutex::new(None),
         };
         array.content_id = array.content_digest();

@@ -7,7 +7,7 @@ use crate::digest::Digest;
 use crate::tiledb::{self, Value};
 
 use super::filter::Filter;
-use super::object::{ArrayObject, Chunks};
+use super::object::{ArrayData, ArrayObject, Chunks};
 use super::read::Selection;
 
 /// `(lo, hi)` narrowed to `domain`; an empty result has `lo > hi`.
@@ -151,13 +151,24 @@ fn spans(array: &ArrayObject) -> super::Result<Option<Vec<(i128, i128, f64)>>> {
         arrow_schema::DataType::UInt64 => Value::UInt(v as u64),
         _ => Value::Int(v as i64),
     };
-    let handle = array.handle()?;
+    let estimate = |ranges: &[Vec<(Value, Value)>]| -> super::Result<u64> {
+        Ok(match array.data() {
+            ArrayData::Memory(cells) => {
+                let part = Selection {
+                    ranges: ranges.to_vec(),
+                    ..Selection::default()
+                };
+                cells.count(array, &part)?
+            }
+            _ => tiledb::estimated_cells(&*array.handle()?, ranges)?.cells,
+        })
+    };
     let rows = hi - lo + 1;
     let parts = rows.clamp(1, DENSITY_PROBES);
     let mut spans = Vec::new();
     for k in 0..parts {
         let (a, b) = (lo + rows * k / parts, lo + rows * (k + 1) / parts - 1);
-        let cells = tiledb::estimated_cells(&handle, &[vec![(bound(a), bound(b))]])?.cells;
+        let cells = estimate(&[vec![(bound(a), bound(b))]])?;
         if cells > 0 {
             spans.push((a, b, cells as f64));
         }
@@ -198,6 +209,9 @@ fn hull_of(ranges: &[(Value, Value)]) -> Option<((Value, Value), f64)> {
 pub fn estimated_cells(array: &ArrayObject, selection: &Selection) -> super::Result<u64> {
     if selection.is_empty() {
         return Ok(0);
+    }
+    if let ArrayData::Memory(cells) = array.data() {
+        return cells.count(array, selection);
     }
     if !array.schema.dense {
         // The ranges of integer columns only, the others taken whole: libtiledb 2.30 crashes
@@ -275,6 +289,9 @@ pub fn counted_cells(array: &ArrayObject, selection: &Selection) -> super::Resul
         SparseNDArray if selection.is_empty() => Ok(Some(0)),
         SparseNDArray => {
             // libtiledb's reader holds up to its bound in coordinate tiles.
+            if let ArrayData::Memory(cells) = array.data() {
+                return Ok(Some(cells.count(array, selection)?));
+            }
             let _memory = crate::budget::memory().take(tiledb::COUNT_MEMORY_BYTES);
             let handle = array.handle()?;
             Ok(Some(tiledb::count_cells(handle, &selection.ranges)?))

@@ -633,7 +633,7 @@ pub fn scan_rows(
         let joinids = Positions::range(ids);
         let columns_with_nulls = match counted.is_empty() {
             true => HashSet::new(),
-            false => with_nulls(&tiledb::null_counts(frame.handle()?, &counted)?),
+            false => with_nulls(&super::read::null_counts(frame, &counted)?),
         };
         return Ok(FrameRows {
             count: joinids.len(),

@@ -14,7 +14,7 @@ use arrow_schema::SchemaRef;
 use crate::tiledb::{self, ReadQuery};
 
 use super::arrow::ArrowBatches;
-use super::reader::BatchReader;
+use super::batches::BatchReader;
 use super::spans::KeptRows;
 use crate::soma::error::{Error, Result};
 

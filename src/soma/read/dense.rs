@@ -5,8 +5,8 @@ use arrow_array::{Array as _, BooleanArray};
 
 use crate::tiledb::Value;
 
+use super::batches::BatchReader;
 use super::memory::BATCH_BYTES;
-use super::reader::BatchReader;
 use super::Selection;
 use crate::soma::error::{Error, Result};
 use crate::soma::object::ArrayObject;

@@ -25,12 +25,15 @@
 
 //!
 //! The parts: [`plan`] decides what a read does, before it starts; [`memory`] what it holds;
-//! [`reader`] runs the plan's queries, [`ahead`] reads ahead on threads of their own,
+//! [`reader`] runs the plan's queries, [`batches`] reads from wherever the cells are
+//! (libtiledb, or [`cells`] in memory), [`ahead`] reads ahead on threads of their own,
 //! [`order`] sorts, [`spans`] reads runs as their span, [`condition`] makes libtiledb's
 //! conditions, [`arrow`] converts batches, and [`dense`] reads dense values in C order.
 
 mod ahead;
 mod arrow;
+mod batches;
+mod cells;
 mod condition;
 mod dense;
 mod memory;
@@ -49,10 +52,11 @@ use super::filter::Condition;
 
 pub use ahead::ReadAhead;
 pub(super) use arrow::labels_array;
+pub use batches::BatchReader;
+pub use cells::MemoryCells;
 pub use dense::{dense_values, DenseCellOrder, RowPiece};
 pub use memory::BATCH_BYTES;
 pub use plan::dense_rows;
-pub use reader::BatchReader;
 
 /// What part of an array to read.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -65,4 +69,17 @@ pub struct Selection {
     pub columns: Option<Vec<String>>,
     /// Only rows that satisfy this value filter, which libtiledb applies as it reads.
     pub filter: Option<Arc<Condition>>,
+}
+
+/// The nulls of each nullable column of `names` among every cell of the sparse `array`,
+/// counted without reading their values where libtiledb can (see
+/// [`tiledb::null_counts`](crate::tiledb::null_counts)).
+pub fn null_counts(
+    array: &super::ArrayObject,
+    names: &[&str],
+) -> super::Result<Vec<(String, u64)>> {
+    match array.data() {
+        super::ArrayData::Memory(cells) => cells.null_counts(names),
+        _ => Ok(crate::tiledb::null_counts(array.handle()?, names)?),
+    }
 }

@@ -1,5 +1,5 @@
-//! [`BatchReader`]: a read of a selection of an array as a stream of record batches, its
-//! rows sorted by the index columns. It follows its [`ReadPlan`]: it opens the plan's
+//! [`QueryReader`]: a read of a selection of an array through libtiledb's queries, as a
+//! stream of record batches, its rows sorted by the index columns. It follows its [`ReadPlan`]: it opens the plan's
 //! queries (one, or one a run of bands), reads the next runs ahead, and puts the rows in
 //! order where libtiledb does not ([`Sorter`]).
 
@@ -16,8 +16,7 @@ use super::arrow::{labels_array, ArrowBatches};
 use super::condition::read_condition;
 use super::memory::BatchSizing;
 use super::order::{Sorter, Step};
-use super::plan::{column_specs, read_columns, read_ranges, row_bytes, Mode, ReadPlan, Run};
-use super::DenseCellOrder;
+use super::plan::{column_specs, Mode, ReadPlan, Run};
 use super::Selection;
 use crate::soma::error::{Error, Result};
 use crate::soma::object::ArrayObject;
@@ -29,7 +28,7 @@ use crate::soma::object::ArrayObject;
 /// their own ([`NextRun`]) while it is handed out, up to a batch's bytes each: over a network
 /// their round trips overlap it, on a local disk their tiles are decompressed beside its own,
 /// and none delays the first rows of the read.
-pub struct BatchReader {
+pub(super) struct QueryReader {
     array: Arc<Array>,
     plan: ReadPlan,
     /// What every query tests its cells against (the plan's equalities and the filter).
@@ -64,85 +63,16 @@ impl Queries {
     }
 }
 
-impl BatchReader {
-    /// Starts reading `selection` of `array`, as of the array's snapshot (through the
-    /// handle it was opened with).
-    pub fn open(
-        array: &ArrayObject,
-        selection: &Selection,
-        batch_bytes: usize,
-    ) -> Result<BatchReader> {
-        BatchReader::open_with(array, selection, batch_bytes, Mode::Sorted)
-    }
-
-    /// Starts reading the columns `only` (index columns among them too, and only those) of
-    /// the cells `selection` selects of a sparse array, in no order that means anything
-    /// (libtiledb's global order): for counts, which need no sort and no other column.
-    /// The nulls of the nullable columns `null_counted` among those cells are counted too,
-    /// without reading their values: [`BatchReader::null_counts`] has them at the end.
-    pub fn open_unsorted(
-        array: &ArrayObject,
-        selection: &Selection,
-        only: &[&str],
-        null_counted: &[&str],
-        batch_bytes: usize,
-    ) -> Result<BatchReader> {
-        let mode = Mode::Unsorted { only, null_counted };
-        BatchReader::open_with(array, selection, batch_bytes, mode)
-    }
-
-    /// Starts reading the values of a two-dimensional dense array's `selection` without
-    /// their coordinates, which [`DenseCellOrder`] tells: when the read selects by ranges
-    /// alone, one of them on the second dimension. `None` otherwise.
-    pub fn open_dense_values(
-        array: &ArrayObject,
-        selection: &Selection,
-        batch_bytes: usize,
-    ) -> Result<Option<(BatchReader, DenseCellOrder)>> {
-        let unconditional = selection.equals.is_none() && selection.filter.is_none();
-        if !array.schema.dense || !unconditional || array.schema.index_columns().count() != 2 {
-            return Ok(None);
-        }
-        let Some(order) = DenseCellOrder::of(&read_ranges(array, selection)) else {
-            return Ok(None);
-        };
-        let reader = BatchReader::open_values(array, selection, batch_bytes)?;
-        Ok(Some((reader, order)))
-    }
-
-    /// Starts reading the values of a dense array's `selection` without their coordinates,
-    /// in row-major order (a dense array is always read so): its cells in C order when it
-    /// selects one range a dimension.
-    pub(super) fn open_values(
-        array: &ArrayObject,
-        selection: &Selection,
-        batch_bytes: usize,
-    ) -> Result<BatchReader> {
-        let values: Vec<&str> = (array.schema.columns.iter())
-            .filter(|c| !c.is_index)
-            .map(|c| c.name.as_str())
-            .collect();
-        // As many cells a batch as a read with coordinates: the cells of a query's buffers
-        // decide how many tiles libtiledb holds at once.
-        let cells_bytes = |only: Option<&[&str]>| row_bytes(&read_columns(array, selection, only));
-        let batch_bytes =
-            (batch_bytes as u64 * cells_bytes(Some(&values)) / cells_bytes(None)).max(1) as usize;
-        let mode = Mode::Unsorted {
-            only: &values,
-            null_counted: &[],
-        };
-        BatchReader::open_with(array, selection, batch_bytes, mode)
-    }
-
+impl QueryReader {
     /// Starts a read of `selection` of `array` in `mode`: its [`ReadPlan`], the memory it
     /// takes, the condition its queries test; then its first query, unless it reads in runs
     /// (their queries start as they are read).
-    fn open_with(
+    pub(super) fn open(
         array: &ArrayObject,
         selection: &Selection,
         batch_bytes: usize,
         mode: Mode,
-    ) -> Result<BatchReader> {
+    ) -> Result<QueryReader> {
         let handle = array.handle()?;
         let cells = crate::soma::estimated_cells(array, selection)?;
         let mut plan = ReadPlan::new(array, selection, mode, cells, batch_bytes)?;
@@ -164,7 +94,7 @@ impl BatchReader {
             ..Queries::default()
         };
         let null_counts = (plan.null_counted.iter()).map(|c| (c.clone(), 0)).collect();
-        let mut reader = BatchReader {
+        let mut reader = QueryReader {
             array: handle,
             plan,
             condition,
@@ -243,18 +173,18 @@ impl BatchReader {
         Ok(RunQuery { query, kept })
     }
 
-    /// The nulls of each column [`BatchReader::open_unsorted`] counts, once the reader has
+    /// The nulls of each column an unsorted read counts, once the reader has
     /// returned its last batch (`None` before).
-    pub fn null_counts(&self) -> Option<&[(String, u64)]> {
+    pub(super) fn null_counts(&self) -> Option<&[(String, u64)]> {
         self.queries.ended().then_some(self.null_counts.as_slice())
     }
 
-    pub fn schema(&self) -> SchemaRef {
+    pub(super) fn schema(&self) -> SchemaRef {
         self.arrow.schema.clone()
     }
 
     /// The next batch of rows, `None` at the end.
-    pub fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+    pub(super) fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
         let next = self.next_sorted_batch()?;
         match &next {
             Some(batch) => self.rows_returned += batch.num_rows() as u64,
