@@ -15,7 +15,7 @@
 //! the bottom of the int64 range), so a band seldom starts at the current domain's start.
 //! The arithmetic is done in `i128`, where no coordinate, bound or extent overflows.
 //!
-//! Every reader takes its memory from the daemon's budget ([`crate::budget::memory`]) when
+//! Every reader takes its memory from its array's budget ([`ArrayObject::memory_budget`]) when
 //! it opens, and gives it back when dropped: a reader that would push the daemon past the
 //! budget waits for memory first (see [`reader_memory`]).
 //!
@@ -987,7 +987,7 @@ impl BatchReader {
             .flatten();
         let query_memory = tiledb_query_memory(array, cells, &runs, &ranges[0]);
         let memory =
-            crate::budget::memory().take(read.memory(batch_bytes, query_memory.unwrap_or(0)));
+            (array.memory_budget()).take(read.memory(batch_bytes, query_memory.unwrap_or(0)));
         let unit = tile_unit(array, &ranges);
         let dense_unconditional = array.schema.dense && condition.is_none();
         let expected_rows = dense_unconditional.then_some(dense_selected).flatten();

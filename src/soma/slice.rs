@@ -275,7 +275,7 @@ pub fn counted_cells(array: &ArrayObject, selection: &Selection) -> super::Resul
         SparseNDArray if selection.is_empty() => Ok(Some(0)),
         SparseNDArray => {
             // libtiledb's reader holds up to its bound in coordinate tiles.
-            let _memory = crate::budget::memory().take(tiledb::COUNT_MEMORY_BYTES);
+            let _memory = array.memory_budget().take(tiledb::COUNT_MEMORY_BYTES);
             let handle = array.handle()?;
             Ok(Some(tiledb::count_cells(handle, &selection.ranges)?))
         }
