@@ -116,10 +116,8 @@ pub fn generate_seekable(
         what,
         begin,
         |file, _, (_, generation)| {
-            let counting = CountingFile(file, Some(generation.clone()));
-            let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, counting);
-            generate(&mut out, &cx.inside(generation.clone()))?;
-            io::Write::flush(&mut out).map(|()| None)
+            let inside = cx.inside(generation.clone());
+            write_counted(file, Some(generation), |out| generate(out, &inside))
         },
     )
 }
@@ -159,12 +157,7 @@ pub fn generate_whole(
         key,
         what,
         || (),
-        |file, _, ()| {
-            let mut out =
-                io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, CountingFile(file, None));
-            generate(&mut out)?;
-            io::Write::flush(&mut out).map(|()| None)
-        },
+        |file, _, ()| write_counted(file, None, |out| generate(out)),
     )
 }
 
@@ -182,6 +175,19 @@ pub fn generate_whole_at(
         || (),
         |_, path, ()| generate(path).map(Some),
     )
+}
+
+/// Writes the cache file `file` with `write`, buffered, its bytes counted as
+/// `generation`'s.
+fn write_counted(
+    file: &File,
+    generation: Option<&Arc<Progress>>,
+    write: impl FnOnce(&mut CacheWriter) -> io::Result<()>,
+) -> io::Result<Option<CacheKey>> {
+    let counting = CountingFile(file, generation.cloned());
+    let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, counting);
+    write(&mut out)?;
+    io::Write::flush(&mut out).map(|()| None)
 }
 
 /// A cache file being written, buffered, that can seek.
