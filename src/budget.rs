@@ -1,15 +1,16 @@
-//! Budgets shared by the whole daemon: the memory its readers may hold at once
-//! (`--max-memory`) and the generations that may run at once (`--max-generations`). Work
-//! that needs more than is left waits for it, on a thread of its own (never a FUSE
-//! request's); it never pushes the daemon past the limit.
+//! The budgets of a mount: the memory its readers may hold at once (`--max-memory`) and
+//! the generations that may run at once (`--max-generations`). Work that needs more than
+//! is left waits for it, on a thread of its own (never a FUSE request's); it never pushes
+//! the mount past the limit.
 //!
 //! A [`Budget`] counts units (bytes, or generations) handed out as [`Permit`]s, which give
 //! them back when dropped. It also counts who waits and the most ever in use, for
-//! `soma-mount status`. Both budgets are one per process ([`memory`], [`generations`]),
-//! set once from the command line before the first read: the readers that take from the
-//! memory budget are deep inside the SOMA layer, which knows nothing of the command line.
+//! `soma-mount status`. [`Budgets`] are made from the command line and handed to whoever
+//! takes from them: the memory budget to the store, whose arrays' readers take from it
+//! ([`crate::soma::ArrayObject::memory_budget`]), and both to the tree's file context,
+//! where generations take their slots and `status` reads them.
 
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::sync::Recover;
 
@@ -121,23 +122,29 @@ impl Drop for Permit {
     }
 }
 
-static MEMORY: OnceLock<Arc<Budget>> = OnceLock::new();
-static GENERATIONS: OnceLock<Arc<Budget>> = OnceLock::new();
-
-/// Sets the process's budgets; only the first call counts (the command line's).
-pub fn set_limits(memory_bytes: u64, generations: u64) {
-    let _ = MEMORY.set(Budget::new(memory_bytes));
-    let _ = GENERATIONS.set(Budget::new(generations));
+/// The budgets of one mount.
+#[derive(Debug, Clone)]
+pub struct Budgets {
+    /// The bytes readers' buffers may hold at once.
+    pub memory: Arc<Budget>,
+    /// The files that may be generated at once: one slot each.
+    pub generations: Arc<Budget>,
 }
 
-/// The process's memory budget: what readers' buffers take from.
-pub fn memory() -> &'static Arc<Budget> {
-    MEMORY.get_or_init(|| Budget::new(DEFAULT_MEMORY_BYTES))
+impl Budgets {
+    pub fn new(memory_bytes: u64, generations: u64) -> Budgets {
+        Budgets {
+            memory: Budget::new(memory_bytes),
+            generations: Budget::new(generations),
+        }
+    }
 }
 
-/// The process's generation slots: one per file being generated.
-pub fn generations() -> &'static Arc<Budget> {
-    GENERATIONS.get_or_init(|| Budget::new(DEFAULT_GENERATIONS))
+impl Default for Budgets {
+    /// The budgets when the command line sets none.
+    fn default() -> Budgets {
+        Budgets::new(DEFAULT_MEMORY_BYTES, DEFAULT_GENERATIONS)
+    }
 }
 
 #[cfg(test)]
@@ -174,5 +181,19 @@ mod tests {
         assert!(budget.try_take(1).is_none());
         drop(all);
         assert!(budget.try_take(1).is_some());
+    }
+
+    #[test]
+    fn budgets_made_apart_are_not_shared() {
+        let (first, second) = (Budgets::new(100, 1), Budgets::new(100, 1));
+        let _slot = first.generations.take(1);
+        let _bytes = first.memory.take(100);
+        assert!(second.generations.try_take(1).is_some());
+        assert!(second.memory.try_take(100).is_some());
+        let shared = first.clone();
+        assert!(
+            shared.generations.try_take(1).is_none(),
+            "a clone is the same budget"
+        );
     }
 }

@@ -11,9 +11,8 @@ use clap::Parser;
 use fuser::{MountOption, SessionACL};
 use log::{error, info, warn};
 
-use soma_mount::fs::{
-    activity, describe_status, ContentCache, DataOptions, SomaFs, Tree, STATUS_NAME,
-};
+use soma_mount::budget::{Budget, Budgets};
+use soma_mount::fs::{describe_status, ContentCache, DataOptions, SomaFs, Tree, STATUS_NAME};
 use soma_mount::s3::Front;
 use soma_mount::soma::Store;
 
@@ -362,12 +361,12 @@ fn mount(cli: &Cli) -> Result<(Arc<Tree>, fuser::BackgroundSession, Arc<AtomicBo
     let metadata_ttl = metadata_ttl(cli);
     let data = data_options(cli, metadata_ttl)?;
     let front = s3_front(cli, &uri, &data.cache);
-    let store = open_store(cli, &uri, front, metadata_ttl)?;
+    let budgets = Budgets::new(cli.max_memory, cli.max_generations.max(1));
+    let store = open_store(cli, &uri, front, metadata_ttl, budgets.memory.clone())?;
     prepare_mountpoint(&cli.mountpoint)?;
     let config = fuse_config(cli, &uri)?;
     fuse_access::check(config.acl != SessionACL::Owner)?;
-    soma_mount::budget::set_limits(cli.max_memory, cli.max_generations.max(1));
-    let tree = Tree::new(store, &uri, data);
+    let tree = Tree::new(store, &uri, data, budgets);
     let fs = SomaFs::new(tree.clone());
     let session = fuser::Session::new(fs, &cli.mountpoint, &config)
         .and_then(|s| s.spawn())
@@ -416,8 +415,9 @@ fn open_store(
     uri: &str,
     front: Option<Front>,
     metadata_ttl: Duration,
+    memory: Arc<Budget>,
 ) -> Result<Store, String> {
-    let store = Store::new(uri, &cli.config, front, cli.timestamp, metadata_ttl)
+    let store = Store::new(uri, &cli.config, front, cli.timestamp, metadata_ttl, memory)
         .map_err(|e| format!("bad libtiledb configuration: {e}"))?;
     store
         .open(uri, None)
@@ -518,7 +518,7 @@ fn serve(cli: &Cli, tree: &Tree, session: fuser::BackgroundSession, stop: &Atomi
             break false; // unmounted from outside (`umount DIR`): the session loop has ended
         }
         if progress_logged.elapsed() >= PROGRESS_EVERY {
-            activity::log_long_running(PROGRESS_AFTER);
+            tree.activity().log_long_running(PROGRESS_AFTER);
             progress_logged = Instant::now();
         }
         std::thread::sleep(Duration::from_millis(50));

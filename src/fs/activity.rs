@@ -1,20 +1,27 @@
-//! What the daemon is generating now, for `soma-mount status` and the progress lines of
-//! the log: each generation's file, bytes and rows done, the estimate of its size, its
-//! rate and its readers.
+//! What a mount is generating now, for `soma-mount status` and the progress lines of the
+//! log: each generation's file, bytes and rows done, the estimate of its size, its rate and
+//! its readers.
 //!
-//! A generation is tracked from where it runs ([`super::data`] for files generated whole,
-//! [`super::open_file::Stream`] for files streamed while read), which knows bytes but not
-//! which file of the mount it makes. The tree says that: it names the file on the thread
-//! that opens or generates it ([`named`]), and a generation started on that thread takes
-//! the name. Rows are counted by whoever hands batches to an encoder ([`count_rows`]), on
-//! the generation's own thread.
+//! The generations running are an [`Activity`], one per tree, which `status` reads. Each
+//! is begun for the file that work is [`Named`] for (the tree names every open and `stat`
+//! it hands to a file), and its [`Progress`] is carried by the work it runs: the encoder's
+//! feeder counts rows on it, the cache writer bytes, and a thread the work spawns takes a
+//! clone along.
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::sync::Recover;
+
+/// The file work is for, as `status` shows it.
+#[derive(Debug, Clone, Default)]
+pub struct Named {
+    /// The file, relative to the mount's root; empty when the work names none.
+    pub path: Arc<str>,
+    /// About how many bytes it comes to, once known.
+    pub estimated_bytes: Option<u64>,
+}
 
 /// One generation under way.
 #[derive(Debug)]
@@ -41,62 +48,62 @@ pub struct Running {
     pub readers: usize,
 }
 
-static RUNNING: Mutex<Vec<Weak<Progress>>> = Mutex::new(Vec::new());
-
-thread_local! {
-    /// The file this thread opens or generates, and its estimated size.
-    static NAMED: RefCell<Option<(String, Option<u64>)>> = const { RefCell::new(None) };
-    /// The generation running on this thread.
-    static CURRENT: RefCell<Option<Arc<Progress>>> = const { RefCell::new(None) };
+/// The generations running in one tree: each listed while its [`Progress`] lives.
+#[derive(Debug, Default)]
+pub struct Activity {
+    running: Mutex<Vec<Weak<Progress>>>,
 }
 
-/// Runs `work` (an open or a generation of the file at `path`) with the file named: a
-/// generation it starts is shown under that name.
-pub fn named<T>(path: &str, work: impl FnOnce() -> T) -> T {
-    let outer = NAMED.with(|n| n.replace(Some((path.to_owned(), None))));
-    let result = work();
-    NAMED.with(|n| *n.borrow_mut() = outer);
-    result
-}
-
-/// Says about how many bytes the file being opened on this thread comes to.
-pub fn expect_bytes(bytes: u64) {
-    NAMED.with(|n| {
-        if let Some((_, estimate)) = n.borrow_mut().as_mut() {
-            *estimate = Some(bytes);
-        }
-    });
-}
-
-impl Progress {
-    /// A new generation of the file named on this thread, shown until dropped.
-    pub fn begin() -> Arc<Progress> {
-        let (path, estimate) = NAMED
-            .with(|n| n.borrow().clone())
-            .unwrap_or_else(|| ("(a file)".to_owned(), None));
+impl Activity {
+    /// A new generation of the file `named` names, listed until its progress is dropped.
+    pub fn begin(&self, named: &Named) -> Arc<Progress> {
+        let path = match &*named.path {
+            "" => "(a file)".to_owned(),
+            path => path.to_owned(),
+        };
         let progress = Arc::new(Progress {
             path,
             started: Instant::now(),
             bytes: AtomicU64::new(0),
             rows: AtomicU64::new(0),
-            estimated_bytes: AtomicU64::new(estimate.unwrap_or(0)),
+            estimated_bytes: AtomicU64::new(named.estimated_bytes.unwrap_or(0)),
             readers: AtomicUsize::new(0),
         });
-        let mut running = RUNNING.lock().recover();
+        let mut running = self.running.lock().recover();
         running.retain(|p| p.strong_count() > 0);
         running.push(Arc::downgrade(&progress));
         progress
     }
 
-    /// Runs `work` as this generation: rows counted on this thread count for it.
-    pub fn run<T>(self: &Arc<Self>, work: impl FnOnce() -> T) -> T {
-        let outer = CURRENT.with(|c| c.replace(Some(self.clone())));
-        let result = work();
-        CURRENT.with(|c| *c.borrow_mut() = outer);
-        result
+    /// The generations under way, oldest first.
+    pub fn running(&self) -> Vec<Running> {
+        let running = self.running.lock().recover();
+        running
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|p| p.running())
+            .collect()
     }
 
-    pub fn add_bytes(&self, bytes: u64) {
+    /// Logs each generation that has run longer than `after`, at info level (`-v`): the
+    /// daemon calls it every few seconds.
+    pub fn log_long_running(&self, after: Duration) {
+        for generation in self.running() {
+            if generation.seconds >= after.as_secs_f64() {
+                log::info!("generating {}", generation.describe());
+            }
+        }
+    }
+}
+
+impl Progress {
+    /// Counts rows handed to its encoder.
+    pub fn count_rows(&self, rows: usize) {
+        self.rows.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    /// Counts bytes it wrote.
+    pub fn count_bytes(&self, bytes: u64) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
@@ -120,39 +127,6 @@ impl Progress {
             readers: self.readers.load(Ordering::Relaxed),
         }
     }
-}
-
-/// Whether this thread runs a generation (which holds a generation slot).
-pub fn generating() -> bool {
-    CURRENT.with(|c| c.borrow().is_some())
-}
-
-/// Counts rows handed to the encoder of the generation running on this thread.
-pub fn count_rows(rows: usize) {
-    CURRENT.with(|c| {
-        if let Some(progress) = c.borrow().as_ref() {
-            progress.rows.fetch_add(rows as u64, Ordering::Relaxed);
-        }
-    });
-}
-
-/// Counts bytes written by the generation running on this thread.
-pub fn count_bytes(bytes: u64) {
-    CURRENT.with(|c| {
-        if let Some(progress) = c.borrow().as_ref() {
-            progress.add_bytes(bytes);
-        }
-    });
-}
-
-/// The generations under way, oldest first.
-pub fn running() -> Vec<Running> {
-    let running = RUNNING.lock().recover();
-    running
-        .iter()
-        .filter_map(Weak::upgrade)
-        .map(|p| p.running())
-        .collect()
 }
 
 impl Running {
@@ -227,36 +201,38 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
-/// Logs each generation that has run longer than `after`, at info level (`-v`): the daemon
-/// calls it every few seconds.
-pub fn log_long_running(after: Duration) {
-    for generation in running() {
-        if generation.seconds >= after.as_secs_f64() {
-            log::info!("generating {}", generation.describe());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_generation_takes_the_name_given_on_its_thread_and_counts_its_rows() {
-        let progress = named("obs/data.csv", || {
-            expect_bytes(1000);
-            Progress::begin()
-        });
-        progress.run(|| count_rows(7));
-        progress.add_bytes(300);
-        let shown = running()
-            .into_iter()
-            .find(|r| r.path == "obs/data.csv")
-            .expect("listed while it runs");
-        assert_eq!((shown.bytes, shown.rows), (300, 7));
-        assert_eq!(shown.estimated_bytes, Some(1000));
+    fn a_generation_is_listed_by_its_activity_under_its_name_while_it_runs() {
+        let activity = Activity::default();
+        let named = Named {
+            path: "obs/data.csv".into(),
+            estimated_bytes: Some(1000),
+        };
+        let progress = activity.begin(&named);
+        let counted_apart = {
+            let progress = progress.clone();
+            std::thread::spawn(move || progress.count_rows(7))
+        };
+        counted_apart.join().unwrap();
+        progress.count_bytes(300);
+        let shown = activity.running();
+        assert_eq!(shown.len(), 1);
+        assert_eq!(shown[0].path, "obs/data.csv");
+        assert_eq!((shown[0].bytes, shown[0].rows), (300, 7));
+        assert_eq!(shown[0].estimated_bytes, Some(1000));
+        assert!(
+            Activity::default().running().is_empty(),
+            "another tree's is apart"
+        );
         drop(progress);
-        assert!(running().iter().all(|r| r.path != "obs/data.csv"));
+        assert!(activity.running().is_empty());
+        let unnamed = activity.begin(&Named::default());
+        assert_eq!(activity.running()[0].path, "(a file)");
+        drop(unnamed);
         assert_eq!(human_bytes(12_345_678), "11.8 MiB");
         assert_eq!(human_bytes(512 << 20), "512.0 MiB");
         assert_eq!(human_bytes(1023), "1023 B");

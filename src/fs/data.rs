@@ -1,6 +1,7 @@
 //! Generating content into the cache: the options that govern it, cache keys made from
-//! array snapshots, and generating a file whole exactly once however many ask for it. What
-//! each kind of file holds is in [`super::files`].
+//! array snapshots, and generating a file whole exactly once however many ask for it, as a
+//! generation of the file the [`FileContext`] names (in a slot of its budget, listed by its
+//! activity). What each kind of file holds is in [`super::files`].
 
 use std::fs::File;
 use std::io;
@@ -12,12 +13,14 @@ use log::debug;
 use crate::digest::Digest;
 use crate::soma::ArrayObject;
 
-use super::activity::{self, Progress};
+use super::activity::Progress;
 use super::cache::{CacheKey, ContentCache};
 use super::error::{FsError, FsResult};
+use super::files::FileContext;
 use super::open_file::OpenFile;
 
 /// How data files are generated and cached (the command line's options).
+#[derive(Clone)]
 pub struct DataOptions {
     pub cache: Arc<ContentCache>,
     /// Data files estimated below this size are generated whole when opened.
@@ -87,50 +90,111 @@ pub fn content_key<'a>(
 pub const WRITE_BUFFER_BYTES: usize = 64 << 10;
 
 /// Generates the cache entry for `key` whole, unless there is one (once, even when several
-/// ask at the same time).
+/// ask at the same time), as a generation of the file `cx` names: `generate` writes it, and
+/// is given the context of work inside the generation.
+pub fn generate(
+    cx: &FileContext,
+    key: &CacheKey,
+    what: &str,
+    generate: impl FnOnce(&mut (dyn io::Write + Send), &FileContext) -> io::Result<()>,
+) -> FsResult<()> {
+    generate_seekable(cx, key, what, |out, cx| generate(out, cx))
+}
+
+/// [`generate`] for content written with seeks (sized Parquet leaves holes, which a cache
+/// file keeps sparse).
+pub fn generate_seekable(
+    cx: &FileContext,
+    key: &CacheKey,
+    what: &str,
+    generate: impl FnOnce(&mut CacheWriter, &FileContext) -> io::Result<()>,
+) -> FsResult<()> {
+    let begin = || cx.begin_generation();
+    generate_into(
+        &cx.options.cache,
+        key,
+        what,
+        begin,
+        |file, _, (_, generation)| {
+            let inside = cx.inside(generation.clone());
+            write_counted(file, Some(generation), |out| generate(out, &inside))
+        },
+    )
+}
+
+/// [`generate`] for content that a library writes to a file it opens itself (libhdf5), and
+/// whose key is known only once it is written: `generate` writes the file at the path it is
+/// given and returns its key. It is generated once for `first` (opens that come meanwhile
+/// wait for it), and becomes the entry for the key returned.
+pub fn generate_at(
+    cx: &FileContext,
+    first: &CacheKey,
+    what: &str,
+    generate: impl FnOnce(&Path, &FileContext) -> io::Result<CacheKey>,
+) -> FsResult<()> {
+    let begin = || cx.begin_generation();
+    generate_into(
+        &cx.options.cache,
+        first,
+        what,
+        begin,
+        |_, path, (_, generation)| generate(path, &cx.inside(generation.clone())).map(Some),
+    )
+}
+
+/// Generates the cache entry for `key` whole, unless there is one, outside any generation:
+/// it takes no generation slot and `status` does not list it. For content that is no file
+/// of the mount (the entries per row kept for a CSR matrix), and for files generated without
+/// their file context (the h5ad's and the Zarr chunks').
 pub fn generate_whole(
     cache: &ContentCache,
     key: &CacheKey,
     what: &str,
     generate: impl FnOnce(&mut (dyn io::Write + Send)) -> io::Result<()>,
 ) -> FsResult<()> {
-    generate_whole_seekable(cache, key, what, |out| generate(out))
+    generate_into(
+        cache,
+        key,
+        what,
+        || (),
+        |file, _, ()| write_counted(file, None, |out| generate(out)),
+    )
 }
 
-/// [`generate_whole`] for content that a library writes to a file it opens itself
-/// (libhdf5), and whose key is known only once it is written (an h5ad's parts open while its
-/// first elements are written): `generate` writes the file at the path it is given and
-/// returns its key. It is generated once for `first` (opens that come meanwhile wait for
-/// it), and becomes the entry for the key returned.
+/// [`generate_at`] outside any generation, as [`generate_whole`].
 pub fn generate_whole_at(
     cache: &ContentCache,
     first: &CacheKey,
     what: &str,
     generate: impl FnOnce(&Path) -> io::Result<CacheKey>,
 ) -> FsResult<()> {
-    generate_into(cache, first, what, |_, path| generate(path).map(Some))
+    generate_into(
+        cache,
+        first,
+        what,
+        || (),
+        |_, path, ()| generate(path).map(Some),
+    )
 }
 
-/// [`generate_whole`] for content written with seeks (sized Parquet leaves holes, which a
-/// cache file keeps sparse).
-pub fn generate_whole_seekable(
-    cache: &ContentCache,
-    key: &CacheKey,
-    what: &str,
-    generate: impl FnOnce(&mut CacheWriter) -> io::Result<()>,
-) -> FsResult<()> {
-    generate_into(cache, key, what, |file, _| {
-        let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, CountingFile(file));
-        generate(&mut out)?;
-        io::Write::flush(&mut out).map(|()| None)
-    })
+/// Writes the cache file `file` with `write`, buffered, its bytes counted as
+/// `generation`'s.
+fn write_counted(
+    file: &File,
+    generation: Option<&Arc<Progress>>,
+    write: impl FnOnce(&mut CacheWriter) -> io::Result<()>,
+) -> io::Result<Option<CacheKey>> {
+    let counting = CountingFile(file, generation.cloned());
+    let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, counting);
+    write(&mut out)?;
+    io::Write::flush(&mut out).map(|()| None)
 }
 
 /// A cache file being written, buffered, that can seek.
 pub type CacheWriter<'a> = io::BufWriter<CountingFile<'a>>;
 
-/// A cache file being written, whose bytes count as the generation's progress.
-pub struct CountingFile<'a>(&'a File);
+/// A cache file being written, whose bytes count as its generation's progress.
+pub struct CountingFile<'a>(&'a File, Option<Arc<Progress>>);
 
 impl io::Write for CountingFile<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -141,7 +205,9 @@ impl io::Write for CountingFile<'_> {
                 format!("writing it into the cache (--cache-dir): {e}"),
             )
         })?;
-        activity::count_bytes(written as u64);
+        if let Some(progress) = &self.1 {
+            progress.count_bytes(written as u64);
+        }
         Ok(written)
     }
 
@@ -157,15 +223,15 @@ impl io::Seek for CountingFile<'_> {
 }
 
 /// Generates the cache entry for `key` whole into its temporary file (given open, and by
-/// path), unless there is one; `generate` may name another key for it once written. It waits for a generation slot first, unless it runs inside
-/// another generation (a Zarr chunk that needs its matrix's entries per row kept first),
-/// which holds one for both: waiting there could wait for itself. It is shown by
-/// `soma-mount status` while it runs.
-fn generate_into(
+/// path), unless there is one; `generate` may name another key for it once written. It is
+/// given what `begin` returns, called first: a generation begun for it
+/// ([`FileContext::begin_generation`]), held until it ends.
+fn generate_into<Turn>(
     cache: &ContentCache,
     key: &CacheKey,
     what: &str,
-    generate: impl FnOnce(&File, &Path) -> io::Result<Option<CacheKey>>,
+    begin: impl FnOnce() -> Turn,
+    generate: impl FnOnce(&File, &Path, &Turn) -> io::Result<Option<CacheKey>>,
 ) -> FsResult<()> {
     if cache.size(key).is_some() {
         return Ok(());
@@ -175,11 +241,10 @@ fn generate_into(
         if cache.size(key).is_some() {
             return Ok(());
         }
-        let _slot = (!activity::generating()).then(|| crate::budget::generations().take(1));
-        let progress = Progress::begin();
+        let turn = begin();
         let started = std::time::Instant::now();
         let (mut pending, file) = cache.begin(key).map_err(|e| FsError::io(what, e))?;
-        let written = crate::sync::catch_panic(|| progress.run(|| generate(&file, pending.path())))
+        let written = crate::sync::catch_panic(|| generate(&file, pending.path(), &turn))
             .unwrap_or_else(|panic| Err(io::Error::other(panic)));
         // A generation that failed leaves nothing: `pending` removes its file when dropped.
         if let Some(key) = written.map_err(|e| FsError::io(what, e))? {
@@ -194,16 +259,15 @@ fn generate_into(
     })
 }
 
-/// Runs `work`, work on the store for one file that is not a generation (the count its
-/// size follows from), as one: in a turn of `--max-generations`, and shown by `soma-mount
-/// status` while it runs. Inside a generation it is part of that one, and takes no turn of
-/// its own (waiting for one could wait for itself).
-pub fn as_generation<T>(work: impl FnOnce() -> T) -> T {
-    if activity::generating() {
-        return work();
+/// Runs `work`, work on the store for the file `cx` names that is not a generation (the
+/// count its size follows from), as one: in a generation slot, and listed by `status` while
+/// it runs. Inside a generation it is part of that one, and takes no slot of its own.
+pub fn as_generation<T>(cx: &FileContext, work: impl FnOnce(&FileContext) -> T) -> T {
+    if cx.generation.is_some() {
+        return work(cx);
     }
-    let _slot = crate::budget::generations().take(1);
-    Progress::begin().run(work)
+    let (_slot, generation) = cx.begin_generation();
+    work(&cx.inside(generation))
 }
 
 /// Opens the cache entry for `key`, just generated.
@@ -216,11 +280,103 @@ pub fn open_generated(cache: &ContentCache, key: &CacheKey, what: &str) -> FsRes
 
 /// Opens the cache entry for `key`, generating it whole first if there is none.
 pub fn open_whole(
-    cache: &ContentCache,
+    cx: &FileContext,
     key: &CacheKey,
     what: &str,
     generate: impl FnOnce(&mut (dyn io::Write + Send)) -> io::Result<()>,
 ) -> FsResult<OpenFile> {
-    generate_whole(cache, key, what, generate)?;
-    open_generated(cache, key, what)
+    self::generate(cx, key, what, |out, _| generate(out))?;
+    open_generated(&cx.options.cache, key, what)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::{self, Receiver};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::budget::Budgets;
+    use crate::fs::files::testing::file_context;
+
+    const TEN_SECONDS: Duration = Duration::from_secs(10);
+
+    fn cache_dir(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("soma-mount-data-{name}-{}", std::process::id()))
+    }
+
+    /// Generates `key` in `cx` on a thread of its own, writing `content`: its outcome comes.
+    fn generate_apart(
+        cx: &FileContext,
+        key: &str,
+        content: &'static [u8],
+    ) -> Receiver<FsResult<()>> {
+        let (cx, key) = (cx.clone(), CacheKey::new([key]));
+        let (done, outcome) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(generate(&cx, &key, "test", |out, _| out.write_all(content)));
+        });
+        outcome
+    }
+
+    #[test]
+    fn a_file_generated_from_a_thread_a_generation_spawns_takes_no_slot_of_its_own() {
+        let dir = cache_dir("nested");
+        let cx = file_context(&dir, Budgets::new(1 << 20, 1)).for_file("outer.csv");
+        let (done, outcome) = mpsc::channel();
+        {
+            let cx = cx.clone();
+            std::thread::spawn(move || {
+                let key = CacheKey::new(["outer"]);
+                let generated = generate(&cx, &key, "outer", |out, inside| {
+                    let running = inside.activity.running().len();
+                    let inner = inside.for_file("inner.csv");
+                    let inner = std::thread::spawn(move || {
+                        let key = CacheKey::new(["inner"]);
+                        generate(&inner, &key, "inner", |out, inner| {
+                            let paths: Vec<_> = (inner.activity.running().into_iter())
+                                .map(|r| r.path)
+                                .collect();
+                            assert_eq!(paths, ["outer.csv", "inner.csv"]);
+                            out.write_all(b"inner")
+                        })
+                    });
+                    inner.join().unwrap().map_err(io::Error::other)?;
+                    assert_eq!(running, 1);
+                    out.write_all(b"outer")
+                });
+                let _ = done.send(generated);
+            });
+        }
+        let generated = outcome
+            .recv_timeout(TEN_SECONDS)
+            .expect("the inner file waited for the outer generation's slot");
+        assert_eq!(generated, Ok(()));
+        let cache = &cx.options.cache;
+        assert_eq!(cache.size(&CacheKey::new(["inner"])), Some(5));
+        assert_eq!(cache.size(&CacheKey::new(["outer"])), Some(5));
+        assert_eq!(cx.budgets.generations.usage().peak, 1);
+        assert!(cx.activity.running().is_empty());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn trees_made_with_budgets_of_their_own_do_not_share_them() {
+        let (first_dir, second_dir) = (cache_dir("first"), cache_dir("second"));
+        let first = file_context(&first_dir, Budgets::new(1 << 20, 1)).for_file("a.csv");
+        let second = file_context(&second_dir, Budgets::new(1 << 20, 1)).for_file("b.csv");
+        let (slot, progress) = first.begin_generation();
+        let second_generated = generate_apart(&second, "b", b"b");
+        assert_eq!(second_generated.recv_timeout(TEN_SECONDS), Ok(Ok(())));
+        let first_generated = generate_apart(&first, "a", b"a");
+        let waited = first_generated.recv_timeout(Duration::from_millis(200));
+        assert!(waited.is_err(), "the first tree's only slot is held");
+        assert_eq!(first.budgets.generations.usage().waiting, 1);
+        assert_eq!(second.budgets.generations.usage().in_use, 0);
+        assert_eq!(first.activity.running().len(), 1);
+        assert!(second.activity.running().is_empty());
+        drop((slot, progress));
+        assert_eq!(first_generated.recv_timeout(TEN_SECONDS), Ok(Ok(())));
+        std::fs::remove_dir_all(first_dir).unwrap();
+        std::fs::remove_dir_all(second_dir).unwrap();
+    }
 }

@@ -215,14 +215,15 @@ impl Stream {
     /// which is committed when generation succeeds; content the cache cannot hold (about
     /// `estimated_bytes`, more than `--cache-size`; or more than it has room for once
     /// written) is streamed from memory instead, and `what` is logged. The thread is `task`:
-    /// it ends with it. It holds `slot`, a generation slot, while it runs (see the module's
+    /// it ends with it. It runs as the generation `progress` shows, and holds `slot`, its
+    /// generation slot (none inside another generation), while it runs (see the module's
     /// notes).
     pub fn start(
         cache: Arc<ContentCache>,
         (key, what): (CacheKey, String),
         estimated_bytes: u64,
         task: Task,
-        slot: Permit,
+        (slot, progress): (Option<Permit>, Arc<Progress>),
         generate: impl FnOnce(&mut (dyn Write + Send)) -> io::Result<()> + Send + 'static,
     ) -> io::Result<Arc<Stream>> {
         let limit = cache.limit_bytes();
@@ -257,7 +258,7 @@ impl Stream {
                 reads: Vec::new(),
             }),
             changed: Condvar::new(),
-            progress: Progress::begin(),
+            progress,
         });
         let producer = stream.clone();
         std::thread::Builder::new()
@@ -271,11 +272,11 @@ impl Stream {
                     cache: &cache,
                     what: &what,
                     cache_file,
-                    slot: Some(slot),
+                    slot,
                 };
                 let started = std::time::Instant::now();
                 let result = crate::sync::catch_panic(|| {
-                    producer.progress.clone().run(|| generate(&mut sink))?;
+                    generate(&mut sink)?;
                     crate::fault::pass(crate::fault::Point::Commit);
                     let produced = producer.lock().produced;
                     log::debug!("streamed {produced} bytes in {:?}", started.elapsed());
@@ -509,7 +510,7 @@ impl Write for StreamSink<'_> {
                 self.stop_caching(&reason);
             }
         }
-        self.stream.progress.add_bytes(buf.len() as u64);
+        self.stream.progress.count_bytes(buf.len() as u64);
         let mut state = self.stream.lock();
         state.produced += buf.len() as u64;
         let wanted = state.wanted;
@@ -558,6 +559,7 @@ impl Write for StreamSink<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::activity::{Activity, Named};
     use crate::sync::Background;
     use std::sync::mpsc;
     use std::time::Duration;
@@ -695,9 +697,15 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
-    /// A generation slot of a budget of one.
-    fn slot() -> Permit {
-        crate::budget::Budget::new(1).take(1)
+    /// A generation with a slot of a budget of one.
+    fn slot() -> (Option<Permit>, Arc<Progress>) {
+        let slot = crate::budget::Budget::new(1).take(1);
+        (Some(slot), progress())
+    }
+
+    /// The progress of a generation listed by an activity of its own.
+    fn progress() -> Arc<Progress> {
+        Activity::default().begin(&Named::default())
     }
 
     /// Reads through the callback, waiting up to ten seconds for the answer.
@@ -795,7 +803,7 @@ mod tests {
             (CacheKey::new(["later"]), "test".into()),
             0,
             background.begin().unwrap(),
-            slots.take(1),
+            (Some(slots.take(1)), progress()),
             move |out| {
                 wait.recv().unwrap();
                 out.write_all(b"first")?;

@@ -167,7 +167,7 @@ fn mount_at(store: Arc<FakeStore>, root: &str, ttl: Duration) -> Mounted {
         chunk_cells: 1_000_000,
         metadata_ttl: ttl,
     };
-    let tree = Tree::new(store.clone(), root, options);
+    let tree = Tree::new(store.clone(), root, options, Default::default());
     Mounted {
         tree,
         store,

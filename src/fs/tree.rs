@@ -27,11 +27,12 @@ use std::time::{Duration, Instant};
 
 use log::warn;
 
+use crate::budget::Budgets;
 use crate::soma::Objects;
 use crate::sync::{Background, Pool, Recover};
 use crate::tiledb::ObjectType;
 
-use super::activity;
+use super::activity::Activity;
 use super::data::DataOptions;
 use super::dirs::{self, DirContext, NodeKind, ObjectDir};
 use super::error::{FsError, FsResult};
@@ -162,8 +163,14 @@ pub struct Tree {
 }
 
 impl Tree {
-    /// A tree whose root is the object at `root_uri`.
-    pub fn new(store: impl Objects + 'static, root_uri: &str, data: DataOptions) -> Arc<Tree> {
+    /// A tree whose root is the object at `root_uri`, whose generations take from
+    /// `budgets` (`status` shows them).
+    pub fn new(
+        store: impl Objects + 'static,
+        root_uri: &str,
+        data: DataOptions,
+        budgets: Budgets,
+    ) -> Arc<Tree> {
         let counts = Arc::new(TreeCounts::default());
         let root = Node::new(
             ROOT,
@@ -187,6 +194,10 @@ impl Tree {
                 options: data,
                 background: background.clone(),
                 store: Arc::new(store),
+                budgets,
+                activity: Arc::default(),
+                named: Default::default(),
+                generation: None,
             },
             inodes: RwLock::new(inodes),
             next_ino: AtomicU64::new(ROOT + 2),
@@ -210,6 +221,11 @@ impl Tree {
             open_file.close();
         }
         self.background.wait(limit)
+    }
+
+    /// The generations running, which `status` lists.
+    pub fn activity(&self) -> &Activity {
+        &self.files.activity
     }
 
     /// The tree itself, to move into work done elsewhere. `None` only while it is dropped.
@@ -353,10 +369,9 @@ impl Tree {
         self.on_request_pool(
             answer,
             move |tree, answer| {
-                let settled = crate::sync::catch_panic(|| {
-                    activity::named(&node.path, || file.settle_size(&tree.files))
-                })
-                .unwrap_or_else(|panic| Err(FsError::io("sizing on stat", panic)));
+                let settled =
+                    crate::sync::catch_panic(|| file.settle_size(&tree.files.for_file(&node.path)))
+                        .unwrap_or_else(|panic| Err(FsError::io("sizing on stat", panic)));
                 answer(settled.and_then(|()| tree.attr_of(&node)));
             },
             move |answer, _| answer(Ok(attr)),
@@ -513,7 +528,7 @@ impl Tree {
     }
 
     fn open_file(&self, node: &Node, file: &dyn FileKind) -> FsResult<Opened> {
-        let open_file = activity::named(&node.path, || file.open(&self.files))?;
+        let open_file = file.open(&self.files.for_file(&node.path))?;
         // A file whose size is not known yet is read with direct I/O.
         let direct_io =
             matches!(open_file, OpenFile::Streaming(_)) || file.size(&self.files)?.is_none();
@@ -715,7 +730,7 @@ impl Tree {
             // file each count is for.
             let started = self.ahead.run(move || {
                 if !tree.background.stopped() {
-                    let _ = activity::named(&path, || file.settle_size(&tree.files));
+                    let _ = file.settle_size(&tree.files.for_file(&path));
                 }
             });
             if !started {

@@ -5,6 +5,7 @@ use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::budget::Budget;
 use crate::libtiledb_settings;
 use crate::s3::{Front, Opening};
 use crate::sync::{at_once, Recover, SingleFlight};
@@ -47,6 +48,8 @@ pub struct ArrayObject {
     data: ArrayData,
     /// The last chunks `slices/` cut the array into, and of about how many cells.
     chunks: Mutex<Option<(u64, Chunks)>>,
+    /// What its readers' buffers take from: the memory budget of the store that opened it.
+    memory: Arc<Budget>,
 }
 
 /// Where an array's cells are read from.
@@ -106,9 +109,16 @@ impl ArrayObject {
             content_id: String::new(),
             data: ArrayData::Described,
             chunks: Mutex::new(None),
+            memory: Budget::new(crate::budget::DEFAULT_MEMORY_BYTES),
         };
         array.content_id = array.content_digest();
         array
+    }
+
+    /// The memory budget its readers take from: its store's (an array only described has
+    /// one of its own).
+    pub fn memory_budget(&self) -> &Arc<Budget> {
+        &self.memory
     }
 
     /// The digest of what the array's content depends on: the URI, the mount's timestamp,
@@ -439,6 +449,8 @@ pub struct Store {
     /// The daemon's S3 front, when libtiledb reads the store through it: told of each open
     /// before libtiledb lists what it opens.
     front: Option<Front>,
+    /// The memory budget the readers of its arrays take from.
+    memory: Arc<Budget>,
 }
 
 /// Whether `uri` names local disk: a path, or a `file://` URI (not object storage, not
@@ -451,13 +463,14 @@ impl Store {
     /// A store of the objects under `root_uri`, with the user's libtiledb settings on top of
     /// soma-mount's own (a wider compute pool when `root_uri` is not on local disk), read
     /// through `front` when there is one. An object opened again within `reuse_for` (the
-    /// metadata TTL) is the snapshot opened first.
+    /// metadata TTL) is the snapshot opened first. Its arrays' readers take from `memory`.
     pub fn new(
         root_uri: &str,
         settings: &[(String, String)],
         front: Option<Front>,
         timestamp_ms: Option<u64>,
         reuse_for: Duration,
+        memory: Arc<Budget>,
     ) -> tiledb::Result<Self> {
         let mut config = Config::new()?;
         for setting in &libtiledb_settings::ALWAYS {
@@ -480,6 +493,7 @@ impl Store {
             objects: OpenedLately::new(reuse_for),
             groups: OpenedLately::new(reuse_for),
             front,
+            memory,
         })
     }
 
@@ -616,6 +630,7 @@ impl Store {
             content_id: String::new(),
             data: ArrayData::Tiledb(Arc::new(array)),
             chunks: Mutex::new(None),
+            memory: self.memory.clone(),
         };
         array.content_id = array.content_digest();
         Ok(array)

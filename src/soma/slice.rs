@@ -292,7 +292,7 @@ pub fn counted_cells(array: &ArrayObject, selection: &Selection) -> super::Resul
             if let ArrayData::Memory(cells) = array.data() {
                 return Ok(Some(cells.count(array, selection)?));
             }
-            let _memory = crate::budget::memory().take(tiledb::COUNT_MEMORY_BYTES);
+            let _memory = array.memory_budget().take(tiledb::COUNT_MEMORY_BYTES);
             let handle = array.handle()?;
             Ok(Some(tiledb::count_cells(handle, &selection.ranges)?))
         }

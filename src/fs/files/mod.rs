@@ -17,9 +17,11 @@ mod zarr;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::budget::{Budgets, Permit};
 use crate::soma::Objects;
 use crate::sync::Background;
 
+use super::activity::{Activity, Named, Progress};
 use super::data::DataOptions;
 use super::error::FsResult;
 use super::open_file::OpenFile;
@@ -34,12 +36,61 @@ pub use tenx::{TenxFile, TenxPart};
 pub use zarr::{ZarrArray, ZarrChunk, ZarrDocument, ZarrGroup, ZarrNode, ZarrStore};
 
 /// What files are generated with: the options and the cache, the background work that
-/// streams files while they are read, and the store, for a file that opens objects of its
-/// own when it is generated.
+/// streams files while they are read, the store (for a file that opens objects of its own
+/// when it is generated), the mount's budgets and the generations running. Work on one file
+/// is given a copy that names the file, and work that runs inside a generation one that
+/// carries it: a thread the work spawns takes the copy along.
+#[derive(Clone)]
 pub struct FileContext {
     pub options: DataOptions,
     pub background: Arc<Background>,
     pub store: Arc<dyn Objects>,
+    pub budgets: Budgets,
+    /// The generations running, which `status` lists.
+    pub activity: Arc<Activity>,
+    /// The file the work is for.
+    pub named: Named,
+    /// The generation the work runs inside. It holds a generation slot, which a file the
+    /// work generates shares: waiting for a slot of its own could wait for itself.
+    pub generation: Option<Arc<Progress>>,
+}
+
+impl FileContext {
+    /// The context of work on the file at `path`.
+    pub fn for_file(&self, path: &str) -> FileContext {
+        FileContext {
+            named: Named {
+                path: path.into(),
+                estimated_bytes: None,
+            },
+            ..self.clone()
+        }
+    }
+
+    /// The context of work on a file of about `bytes`.
+    pub fn expecting(&self, bytes: u64) -> FileContext {
+        let mut cx = self.clone();
+        cx.named.estimated_bytes = Some(bytes);
+        cx
+    }
+
+    /// Begins a generation of the named file: the generation slot it holds (none inside
+    /// another generation, whose slot it shares), and its progress.
+    pub fn begin_generation(&self) -> (Option<Permit>, Arc<Progress>) {
+        let slot = match self.generation {
+            Some(_) => None,
+            None => Some(self.budgets.generations.take(1)),
+        };
+        (slot, self.activity.begin(&self.named))
+    }
+
+    /// The context of work that runs inside `generation`.
+    pub fn inside(&self, generation: Arc<Progress>) -> FileContext {
+        FileContext {
+            generation: Some(generation),
+            ..self.clone()
+        }
+    }
 }
 
 /// One kind of file.
@@ -72,5 +123,45 @@ pub trait FileKind: fmt::Debug + Send + Sync {
     /// or a dataset reader, sends next.
     fn settled_by_counting(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+pub mod testing {
+    use std::path::Path;
+
+    use super::*;
+    use crate::fs::cache::ContentCache;
+    use crate::soma::SomaObject;
+    use crate::tiledb::{self, ObjectType};
+
+    /// A store that holds no object.
+    struct NoObjects;
+
+    impl Objects for NoObjects {
+        fn open(&self, uri: &str, _: Option<ObjectType>) -> tiledb::Result<Arc<SomaObject>> {
+            Err(tiledb::Error::new(format!("no object at {uri}")))
+        }
+    }
+
+    /// The file context of a tree over a store that holds no object, generating into a
+    /// cache at `cache_dir` and taking from `budgets`.
+    pub fn file_context(cache_dir: &Path, budgets: Budgets) -> FileContext {
+        let _ = std::fs::remove_dir_all(cache_dir);
+        FileContext {
+            options: DataOptions {
+                cache: Arc::new(ContentCache::open(cache_dir, 1 << 30).unwrap()),
+                materialize_limit: 64 << 20,
+                exact_sizes: false,
+                chunk_cells: 1_000_000,
+                metadata_ttl: std::time::Duration::from_secs(60),
+            },
+            background: Arc::default(),
+            store: Arc::new(NoObjects),
+            budgets,
+            activity: Arc::default(),
+            named: Named::default(),
+            generation: None,
+        }
     }
 }

@@ -68,6 +68,6 @@ impl FileKind for PngFile {
                 .ok_or_else(|| io::Error::other("the level has no value column"))?;
             out.write_all(&png::encode(&values, &shape, &value_type, &self.axes)?)
         };
-        open_whole(&cx.options.cache, &self.key, &what, generate)
+        open_whole(cx, &self.key, &what, generate)
     }
 }

@@ -11,8 +11,6 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::budget;
-
 use super::super::activity;
 use super::super::error::FsResult;
 use super::super::open_file::OpenFile;
@@ -51,10 +49,9 @@ impl StatusFile {
 
     /// The status now, as JSON.
     fn render(&self, cx: &FileContext) -> serde_json::Value {
-        let memory = budget::memory().usage();
-        let generations = budget::generations().usage();
-        let running: Vec<_> = activity::running()
-            .into_iter()
+        let memory = cx.budgets.memory.usage();
+        let generations = cx.budgets.generations.usage();
+        let running: Vec<_> = (cx.activity.running().into_iter())
             .map(|r| r.to_json())
             .collect();
         let (cache_bytes, cache_limit, cache_entries) = cx.options.cache.usage();
@@ -145,5 +142,50 @@ impl FileKind for StatusFile {
             serde_json::to_vec_pretty(&self.render(cx)).expect("a JSON value always serializes");
         text.push(b'\n');
         Ok(OpenFile::Bytes(text.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::Budgets;
+    use crate::fs::files::testing::file_context;
+
+    #[test]
+    fn status_lists_the_generations_its_tree_runs_and_its_budgets() {
+        let dir = std::env::temp_dir().join(format!("soma-mount-status-{}", std::process::id()));
+        let cx = file_context(&dir, Budgets::new(8 << 20, 3));
+        let status = StatusFile::new("mem://exp", Arc::default());
+        let (slot, progress) = cx.for_file("obs/data.csv").begin_generation();
+        progress.count_rows(5);
+        let shown = status.render(&cx);
+        let generations = &shown["generations"];
+        assert_eq!(
+            (
+                generations["limit"].as_u64(),
+                generations["in_use"].as_u64()
+            ),
+            (Some(3), Some(1))
+        );
+        assert_eq!(generations["running"][0]["path"], "obs/data.csv");
+        assert_eq!(generations["running"][0]["rows"], 5);
+        assert_eq!(shown["memory"]["budget_bytes"], 8 << 20);
+        assert!(describe_status(&shown).contains("generating 1 file(s) (at most 3 at once)"));
+        let other = file_context(&dir.with_extension("other"), Budgets::default());
+        let apart = status.render(&other);
+        assert_eq!(
+            apart["generations"]["running"].as_array().map(Vec::len),
+            Some(0)
+        );
+        assert_eq!(apart["generations"]["in_use"], 0);
+        drop((slot, progress));
+        assert_eq!(
+            status.render(&cx)["generations"]["running"]
+                .as_array()
+                .map(Vec::len),
+            Some(0)
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(dir.with_extension("other")).unwrap();
     }
 }

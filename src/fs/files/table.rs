@@ -29,11 +29,11 @@ use crate::sync::Recover;
 
 use arrow_array::RecordBatch;
 
-use super::super::activity;
+use super::super::activity::Progress;
 use super::super::cache::CacheKey;
 use super::super::data::{
-    as_generation, content_key, generate_whole, generate_whole_seekable, open_generated, small,
-    text_widths, CacheWriter,
+    as_generation, content_key, generate, generate_seekable, open_generated, small, text_widths,
+    CacheWriter,
 };
 use super::super::error::{FsError, FsResult};
 use super::super::open_file::{OpenFile, Stream};
@@ -115,8 +115,9 @@ impl TableFile {
         }
     }
 
-    /// The layout of sized Parquet: its rows counted the first time it is asked for.
-    fn layout(&self) -> FsResult<&SizedParquet> {
+    /// The layout of sized Parquet: its rows counted the first time it is asked for, as
+    /// work of the generation `cx` runs inside, or as one of its own.
+    fn layout(&self, cx: &FileContext) -> FsResult<&SizedParquet> {
         if let Some(layout) = self.layout.get() {
             return Ok(layout);
         }
@@ -125,7 +126,7 @@ impl TableFile {
             return Ok(layout);
         }
         let array = self.table.array();
-        let counted = as_generation(|| counted_cells(array, &self.table.selection))
+        let counted = as_generation(cx, |_| counted_cells(array, &self.table.selection))
             .map_err(|e| FsError::io(self.what(), e))?;
         let layout = counted
             .and_then(|rows| SizedParquet::of(&array.schema.arrow(), rows))
@@ -133,19 +134,21 @@ impl TableFile {
         Ok(self.layout.get_or_init(|| layout))
     }
 
-    /// Writes sized Parquet in `layout` into `out`, from `reader`'s rows.
+    /// Writes sized Parquet in `layout` into `out`, from `reader`'s rows, counted as
+    /// `generation`'s.
     fn write_sized(
         &self,
         layout: &SizedParquet,
         mut reader: ReadAhead,
         out: &mut CacheWriter,
+        generation: Option<&Progress>,
     ) -> io::Result<()> {
         if reader.schema() != self.table.array().schema.arrow() {
             return Err(io::Error::other(
                 "the read's columns are not the schema's: not sized Parquet",
             ));
         }
-        layout.write(|| counted(&mut reader), out)
+        layout.write(|| counted(&mut reader, generation), out)
     }
 
     /// About how many bytes the file comes to.
@@ -178,19 +181,25 @@ impl TableFile {
 
     /// Generates the file whole into the cache.
     fn generate(&self, cx: &FileContext) -> FsResult<()> {
-        let (cache, what) = (&cx.options.cache, self.what());
+        let what = self.what();
         if self.sized {
-            return generate_whole_seekable(cache, &self.key, &what, |out| {
+            return generate_seekable(cx, &self.key, &what, |out, cx| {
                 // The read starts first: its first batches come while the rows are counted.
                 let reader = self.read()?;
-                let layout = self.layout().map_err(io::Error::other)?;
-                self.write_sized(layout, reader, out)
+                let layout = self.layout(cx).map_err(io::Error::other)?;
+                self.write_sized(layout, reader, out, cx.generation.as_deref())
             });
         }
-        generate_whole(cache, &self.key, &what, |out| {
+        generate(cx, &self.key, &what, |out, cx| {
             let mut reader = self.read()?;
             let schema = reader.schema();
-            format::write_table(self.format, schema, || counted(&mut reader), out)
+            let generation = cx.generation.as_deref();
+            format::write_table(
+                self.format,
+                schema,
+                || counted(&mut reader, generation),
+                out,
+            )
         })
     }
 
@@ -217,14 +226,14 @@ impl FileKind for TableFile {
         // Work on the store before the file's generation (over object storage the estimate
         // of a slice loads R-trees, which another file's generation may be loading): in a
         // turn, and shown by `soma-mount status` while it waits.
-        let estimated_bytes = as_generation(|| self.estimated_bytes())?;
-        activity::expect_bytes(estimated_bytes);
+        let estimated_bytes = as_generation(cx, |_| self.estimated_bytes())?;
+        let cx = &cx.expecting(estimated_bytes);
         if self.generated_whole_on_open(cx, estimated_bytes) {
             self.generate(cx)?;
             return open_generated(cache, &self.key, &what);
         }
         // The turn first: the reader starts reading as soon as it is made.
-        let slot = crate::budget::generations().take(1);
+        let (slot, generation) = cx.begin_generation();
         let mut reader = self.read().map_err(|e| FsError::io(&what, e))?;
         let schema = reader.schema();
         let task = cx
@@ -237,8 +246,11 @@ impl FileKind for TableFile {
             (self.key.clone(), what.clone()),
             estimated_bytes,
             task,
-            slot,
-            move |out| format::write_table(format, schema, || counted(&mut reader), out),
+            (slot, generation.clone()),
+            move |out| {
+                let counted = || counted(&mut reader, Some(&generation));
+                format::write_table(format, schema, counted, out)
+            },
         )
         .map_err(|e| FsError::io(&what, e))?;
         Ok(OpenFile::Streaming(stream))
@@ -259,7 +271,7 @@ impl FileKind for TableFile {
 
     fn settle_size(&self, cx: &FileContext) -> FsResult<()> {
         match self.sized {
-            true => self.layout().map(|_| ()),
+            true => self.layout(cx).map(|_| ()),
             false => self.generate(cx),
         }
     }
@@ -269,11 +281,14 @@ impl FileKind for TableFile {
     }
 }
 
-/// The reader's next batch, its rows counted as the generation's progress.
-fn counted(reader: &mut ReadAhead) -> io::Result<Option<RecordBatch>> {
+/// The reader's next batch, its rows counted as `generation`'s progress.
+fn counted(
+    reader: &mut ReadAhead,
+    generation: Option<&Progress>,
+) -> io::Result<Option<RecordBatch>> {
     let batch = reader.next_batch()?;
-    if let Some(batch) = &batch {
-        activity::count_rows(batch.num_rows());
+    if let (Some(batch), Some(generation)) = (&batch, generation) {
+        generation.count_rows(batch.num_rows());
     }
     Ok(batch)
 }

@@ -24,8 +24,7 @@ use crate::soma::{estimated_cells_along, SelectedRows};
 
 use super::super::cache::CacheKey;
 use super::super::data::{
-    content_key, estimated_bytes, generate_whole, generate_whole_at, open_generated, small,
-    WRITE_BUFFER_BYTES,
+    content_key, estimated_bytes, generate, generate_at, open_generated, small, WRITE_BUFFER_BYTES,
 };
 use super::super::error::FsResult;
 use super::super::open_file::OpenFile;
@@ -153,13 +152,13 @@ impl TenxFile {
 
     /// Generates the file whole into the cache.
     fn generate(&self, cx: &FileContext) -> FsResult<()> {
-        let (cache, what) = (&cx.options.cache, self.what());
+        let what = self.what();
         match self.part {
-            TenxPart::MatrixH5 => generate_whole_at(cache, &self.key, &what, |path| {
+            TenxPart::MatrixH5 => generate_at(cx, &self.key, &what, |path, _| {
                 self.write_h5(path)?;
                 Ok(self.key.clone())
             }),
-            _ => generate_whole(cache, &self.key, &what, |out| self.write(cx, out)),
+            _ => generate(cx, &self.key, &what, |out, cx| self.write(cx, out)),
         }
     }
 

@@ -15,9 +15,9 @@
 //! the bottom of the int64 range), so a band seldom starts at the current domain's start.
 //! The arithmetic is done in `i128`, where no coordinate, bound or extent overflows.
 //!
-//! Every reader takes its memory from the daemon's budget ([`crate::budget::memory`]) when
+//! Every reader takes its memory from its array's budget ([`ArrayObject::memory_budget`](super::ArrayObject::memory_budget)) when
 //! it opens, and gives it back when dropped: a reader that would push the daemon past the
-//! budget waits for memory first (see [`reader_memory`]).
+//! budget waits for memory first (see [`reader_memory`](memory::reader_memory)).
 //!
 //! A read ends only when libtiledb says it has returned everything: a reader thread that
 //! dies ([`ReadAhead`]) is an error for its consumer, never an early end, and a dense read

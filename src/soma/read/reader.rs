@@ -78,7 +78,7 @@ impl QueryReader {
         let mut plan = ReadPlan::new(array, selection, mode, cells, batch_bytes)?;
         let filter = selection.filter.as_deref();
         let condition = read_condition(&handle, &plan.equalities, filter)?;
-        let memory = crate::budget::memory().take(plan.memory.reader);
+        let memory = array.memory_budget().take(plan.memory.reader);
         let labels = (plan.columns.iter())
             .map(|c| c.enumeration.as_ref().map(labels_array).transpose())
             .collect::<Result<Vec<_>>>()?;
