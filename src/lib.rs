@@ -11,6 +11,7 @@ pub mod fault;
 pub mod format;
 pub mod fs;
 pub mod libtiledb_settings;
+pub mod names;
 pub mod s3;
 pub mod soma;
 pub mod sync;

@@ -9,7 +9,7 @@ use crate::soma::{ArrayObject, Selection, SomaObject};
 use crate::tiledb::Value;
 
 use super::super::files::{H5adFile, ZarrStore};
-use super::super::names::file_name;
+use crate::names::file_name;
 use super::by::{self, Split};
 use super::zarr::ZarrStoreDir;
 use super::{dir, file, DirContext, DirKind, Entries, Listed, NodeKind};

@@ -9,7 +9,7 @@ use crate::format::text::float_text;
 use crate::soma::{self, ArrayObject};
 use crate::tiledb::{Datatype, Value};
 
-use super::super::names::file_name;
+use crate::names::file_name;
 use super::{dir, DirContext, DirKind, Entries, Listed, NodeKind};
 
 /// The name under which null is listed among a column's labels.

@@ -11,7 +11,7 @@ use crate::soma::{spatial, Objects, Selection, SomaObject, SomaType};
 use crate::tiledb::{Member, ObjectType};
 
 use super::super::files::{Document, NpyFile, PngFile, SpatialDoc, Table};
-use super::super::names::file_name;
+use crate::names::file_name;
 use super::anndata::AnnDataDir;
 use super::by;
 use super::query::{ExperimentWhereDir, WhereDir};

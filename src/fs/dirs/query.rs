@@ -27,7 +27,7 @@ use crate::soma::{ArrayObject, SelectedRows, Selection, SomaObject};
 use crate::tiledb::Value;
 
 use super::super::files::{Document, FileContext, H5adFile, Table};
-use super::super::names::file_name;
+use crate::names::file_name;
 use super::table::data_entries;
 use super::tenx::{is_matrix, TenxLayerDir};
 use super::{dir, error_entries, file, DirContext, DirKind, Entries, ErrorDir, Listed, NodeKind};

@@ -10,7 +10,7 @@ use crate::soma::{ArrayObject, Objects, SelectedRows, Selection, SomaObject, Som
 use crate::tiledb::{ObjectType, Value};
 
 use super::super::files::{TenxFile, TenxPart};
-use super::super::names::file_name;
+use crate::names::file_name;
 use super::by::{self, Split};
 use super::{dir, file, DirContext, DirKind, Entries, Listed, NodeKind};
 

@@ -23,7 +23,7 @@ use crate::tiledb::{MetadataValue, Value};
 
 use super::super::cache::{CacheKey, ContentCache};
 use super::super::data::{content_key, generate_whole};
-use super::super::names::file_name;
+use crate::names::file_name;
 
 /// The cache key of content made of a measurement's AnnData elements (`kind`: which
 /// container); `describe` tells which part of it. Made from every array read, the names they

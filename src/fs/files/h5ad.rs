@@ -43,7 +43,7 @@ use crate::tiledb::{MetadataValue, Value};
 use super::super::cache::CacheKey;
 use super::super::data::{estimated_bytes, generate_whole_at, open_generated, small};
 use super::super::error::{FsError, FsResult};
-use super::super::names::file_name;
+use crate::names::file_name;
 use super::super::open_file::OpenFile;
 use super::anndata::{
     frame_columns, frame_index, matrix_type, measurement_key, scan_frame, uns_frame_index,

@@ -47,7 +47,7 @@ use crate::sync::{at_once, map_at_once};
 use super::super::cache::{CacheKey, ContentCache};
 use super::super::data::{generate_whole, open_generated};
 use super::super::error::FsResult;
-use super::super::names::file_name;
+use crate::names::file_name;
 use super::super::open_file::OpenFile;
 use super::anndata::{
     frame_columns, frame_index, matrix_type, measurement_key, scan_frame, uns_frame_index,
