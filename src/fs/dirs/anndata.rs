@@ -8,8 +8,10 @@ use crate::soma::anndata::{AnnDataElements, AnnDataExperiment};
 use crate::soma::{ArrayObject, Selection, SomaObject};
 use crate::tiledb::Value;
 
-use super::super::files::{H5adFile, ZarrStore};
+use crate::export::zarr::ZarrStore;
 use crate::names::file_name;
+
+use super::super::files::{CountsInCache, H5adFile};
 use super::by::{self, Split};
 use super::zarr::ZarrStoreDir;
 use super::{dir, file, DirContext, DirKind, Entries, Listed, NodeKind};
@@ -39,7 +41,8 @@ impl DirKind for AnnDataDir {
             let Some(elements) = AnnDataElements::of(&experiment, m, &all, &all) else {
                 continue;
             };
-            let store = ZarrStore::new(elements, cx.files.options.cache.clone());
+            let counts = Arc::new(CountsInCache(cx.files.options.cache.clone()));
+            let store = ZarrStore::new(elements, counts);
             let name = format!("{}.zarr", file_name(&m.name));
             named.push((name, dir(ZarrStoreDir(store))));
         }

@@ -27,10 +27,10 @@ use crate::soma::{ArrayObject, SelectedRows, Selection, SomaObject};
 use crate::tiledb::Value;
 
 use super::super::files::{Document, FileContext, H5adFile, Table};
-use crate::names::file_name;
 use super::table::data_entries;
 use super::tenx::{is_matrix, TenxLayerDir};
 use super::{dir, error_entries, file, DirContext, DirKind, Entries, ErrorDir, Listed, NodeKind};
+use crate::names::file_name;
 
 /// `<dataframe>/where/`.
 #[derive(Debug)]
