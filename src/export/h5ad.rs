@@ -362,3 +362,48 @@ fn write_uns_value(group: &HdfGroup, key: &str, value: &MetadataValue) -> io::Re
     let (array, _) = uns_value(value);
     h5ad::write_array(group, key, &[array.len()], &array)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::fixtures::{data_layer, experiment};
+    use crate::soma::fixtures::MemoryStore;
+
+    #[test]
+    fn a_measurement_without_a_layer_has_no_h5ad() {
+        let (experiment, m) = experiment(Vec::new());
+        let all = Selection::default();
+        assert!(H5adContent::new(&experiment, &m, &all, &all).is_none());
+    }
+
+    #[test]
+    fn a_measurement_opened_whole_has_every_element_from_the_start() {
+        let (experiment, m) = experiment(data_layer());
+        let all = Selection::default();
+        let content = H5adContent::new(&experiment, &m, &all, &all).expect("it has a layer");
+        assert!(content.is_whole() && content.whole_tried());
+        let whole = content.whole_if_open().expect("every part is open");
+        let mappings: Vec<&str> = whole.mappings.iter().map(|m| m.name).collect();
+        assert!(mappings.contains(&"obsm") && mappings.contains(&"obsp"));
+        let store = MemoryStore::of(Vec::new());
+        assert!(content.whole(&store).is_ok(), "nothing more to open");
+        assert!(content.what().contains("measurement RNA as h5ad"));
+    }
+
+    #[test]
+    fn a_file_whose_reads_fail_is_an_error_not_a_panic() {
+        let (experiment, m) = experiment(data_layer());
+        let all = Selection::default();
+        let content = H5adContent::new(&experiment, &m, &all, &all).expect("it has a layer");
+        let path = std::env::temp_dir().join(format!(
+            "soma-mount-export-h5ad-{}.h5ad",
+            std::process::id()
+        ));
+        let store = MemoryStore::of(Vec::new());
+        assert!(
+            content.write(&store, &path).is_err(),
+            "a fixture's data cannot be read"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
+}

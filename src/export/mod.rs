@@ -13,3 +13,6 @@
 pub mod anndata;
 pub mod h5ad;
 pub mod zarr;
+
+#[cfg(test)]
+mod fixtures;

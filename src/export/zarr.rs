@@ -681,3 +681,89 @@ fn add_metadata(metadata: &mut Map<String, Json>, path: &str, node: &ZarrNode) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::Int32Array;
+
+    use super::*;
+    use crate::export::fixtures::elements;
+
+    /// Counts kept nowhere: every block is counted when needed.
+    #[derive(Debug)]
+    struct NotKept;
+
+    impl RowCountsKept for NotKept {
+        fn kept(&self, _name: &[&str]) -> io::Result<Option<Vec<u64>>> {
+            Ok(None)
+        }
+
+        fn keep(&self, _name: &[&str], _what: &str, _counts: &[u64]) {}
+    }
+
+    fn origin() -> Arc<Origin> {
+        Arc::new(Origin {
+            elements: elements(),
+            counts: Arc::new(NotKept),
+            uns: UnsTogether::default(),
+        })
+    }
+
+    #[test]
+    fn values_held_whole_are_an_array_cut_into_chunks_of_rows() {
+        let origin = origin();
+        let b = Builder { origin: &origin };
+        let values: ArrayRef = Arc::new(Int32Array::from_iter_values(0..6));
+        let ZarrNode::Array(array) = b.values("uns/m", vec![3, 2], values) else {
+            panic!("values are an array")
+        };
+        assert_eq!(array.attrs["encoding-type"], json!("array"));
+        assert_eq!(array.path(), "uns/m");
+        assert_eq!(array.meta.chunk_count(), 1);
+        let chunk = array.chunk(0).expect("a chunk of values held");
+        let expected: Vec<u8> = (0..6i32).flat_map(i32::to_le_bytes).collect();
+        assert_eq!(&chunk[..expected.len()], expected, "the values in C order");
+        assert_eq!(
+            chunk.len() as u64,
+            array.meta.chunk_size().unwrap(),
+            "padded"
+        );
+        assert!(array.chunk(1).is_err(), "there is one chunk");
+        assert!(array.what().ends_with("as zarr uns/m"));
+    }
+
+    #[test]
+    fn text_scalars_and_arrays_are_encoded_as_anndata_reads_them() {
+        let origin = origin();
+        let b = Builder { origin: &origin };
+        let encoding = |shape: Vec<u64>, t: &DataType| match b.values_of(
+            "u",
+            shape,
+            t,
+            Content::Values(Arc::new(Int32Array::from(vec![0]))),
+        ) {
+            ZarrNode::Array(array) => array.attrs["encoding-type"].clone(),
+            ZarrNode::Group(_) => unreachable!("values are an array"),
+        };
+        assert_eq!(encoding(Vec::new(), &DataType::LargeUtf8), json!("string"));
+        assert_eq!(
+            encoding(Vec::new(), &DataType::Int32),
+            json!("numeric-scalar")
+        );
+        assert_eq!(
+            encoding(vec![1], &DataType::LargeUtf8),
+            json!("string-array")
+        );
+        assert_eq!(encoding(vec![1], &DataType::Int32), json!("array"));
+    }
+
+    #[test]
+    fn a_store_whose_reads_fail_says_which_measurement_it_is() {
+        let store = ZarrStore::new(elements(), Arc::new(NotKept));
+        let error = store.root().expect_err("a fixture's rows cannot be read");
+        assert!(
+            error.starts_with("obs measurement RNA as zarr: "),
+            "{error}"
+        );
+    }
+}

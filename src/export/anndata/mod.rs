@@ -223,3 +223,96 @@ pub fn matrix_cell_bytes(matrix: &MatrixElement) -> u64 {
         Err(_) => value_bytes(&matrix.array),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int64Type, UInt8Type};
+
+    use super::*;
+    use crate::export::fixtures::{array, elements};
+    use crate::soma::fixtures::{dense_array, sparse_array};
+    use crate::tiledb::Datatype;
+
+    fn metadata(values: Vec<Value>) -> MetadataValue {
+        MetadataValue {
+            datatype: Datatype::Int64,
+            values,
+        }
+    }
+
+    #[test]
+    fn one_uns_value_is_a_scalar_and_several_or_a_blob_an_array() {
+        let (text, scalar) = uns_value(&metadata(vec![Value::Text("x".into())]));
+        assert!(scalar);
+        assert_eq!(text.as_string::<i64>().value(0), "x");
+        let (numbers, scalar) = uns_value(&metadata(vec![Value::Int(1), Value::Int(2)]));
+        assert!(!scalar);
+        assert_eq!(numbers.as_primitive::<Int64Type>().values(), &[1, 2]);
+        let (bytes, scalar) = uns_value(&metadata(vec![Value::Bytes(vec![7, 8, 9])]));
+        assert!(!scalar, "a blob is an array of its bytes");
+        assert_eq!(bytes.as_primitive::<UInt8Type>().values(), &[7, 8, 9]);
+    }
+
+    #[test]
+    fn a_frame_without_a_recorded_index_is_indexed_by_its_join_ids_unnamed() {
+        let e = elements();
+        let FrameIndex::Column { name, named } = frame_index(&e.obs) else {
+            panic!("obs is indexed by a column")
+        };
+        assert_eq!((name.as_str(), named), ("soma_joinid", false));
+        assert!(matches!(uns_frame_index(None), FrameIndex::RowNumbers));
+    }
+
+    #[test]
+    fn a_frame_s_columns_leave_out_the_join_ids_and_keep_their_categories() {
+        let e = elements();
+        let columns = frame_columns(&e.obs.array, &FrameRows::default(), &frame_index(&e.obs))
+            .expect("the columns are laid out");
+        let names: Vec<&str> = columns.iter().map(|(_, name)| name.as_str()).collect();
+        assert_eq!(names, ["x", "cell_type"]);
+        let categories = columns[1]
+            .0
+            .categories
+            .as_ref()
+            .expect("cell_type is categorical");
+        let labels = categories.labels.as_string::<i64>();
+        assert_eq!(labels.iter().flatten().collect::<Vec<_>>(), ["a", "b/c"]);
+    }
+
+    #[test]
+    fn a_matrix_is_written_dense_as_stored_unless_its_layout_says_otherwise() {
+        let (dense, sparse) = (array(dense_array("d")), array(sparse_array("s")));
+        let written = |array: &ArrayObject, layout| matrix_type(array, layout).unwrap();
+        assert_eq!(written(&dense, Layout::AsStored), (DataType::Float32, true));
+        assert_eq!(
+            written(&sparse, Layout::AsStored),
+            (DataType::Float32, false)
+        );
+        assert_eq!(written(&sparse, Layout::Dense), (DataType::Float32, true));
+        assert_eq!(written(&dense, Layout::Sparse), (DataType::Float32, false));
+    }
+
+    #[test]
+    fn a_sparse_matrix_s_cell_counts_its_column_index_too() {
+        let e = elements();
+        assert_eq!(matrix_cell_bytes(&e.x), 4 + 4, "float32 and an int32 index");
+        let obsm = &e
+            .mappings
+            .iter()
+            .find(|m| m.name == "obsm")
+            .unwrap()
+            .members[0];
+        assert_eq!(matrix_cell_bytes(obsm), 4, "dense float32");
+        assert_eq!(value_bytes(&e.obs.array), 3 * 8, "three columns");
+    }
+
+    #[test]
+    fn a_measurement_s_experiment_is_obs_and_it_alone() {
+        let e = elements();
+        let experiment = experiment_of(&e.obs.array, &e.measurement);
+        assert_eq!(experiment.obs.uri, "obs");
+        assert_eq!(experiment.measurements.len(), 1);
+        assert_eq!(experiment.measurements[0].name, "RNA");
+    }
+}
