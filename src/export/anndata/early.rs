@@ -1,11 +1,11 @@
 //! The reads an h5ad's generation starts ahead of their turn, each on a thread of the
 //! generation's scope: a small obs or var read whole from the start ([`FrameRead`]), and
 //! the small elements after X (sparse matrices and uns arrays, [`EarlyReads`]) read while
-//! obs, var and X are written. Over object storage each read costs a few round trips; read
-//! in turn they were most of a query's h5ad. What they hold is bounded by their estimates,
-//! not taken from the memory budget: their readers take their shares from it, and holding
-//! a share while the file waits for them could leave a reader of X waiting for memory that
-//! never comes.
+//! obs, var and X are written. Over object storage each read costs a few round trips, so
+//! they overlap rather than wait for their turn. What they hold is bounded by their
+//! estimates, not taken from the memory budget: their readers take their shares from it,
+//! and holding a share while the file waits for them could leave a reader of X waiting for
+//! memory that never comes.
 
 use std::collections::HashMap;
 use std::io;
@@ -39,10 +39,10 @@ pub struct EarlyReads<'a> {
 }
 
 /// The most an element read early is estimated at.
-const EARLY_READ_BYTES: u64 = 4 << 20;
+pub const EARLY_READ_BYTES: u64 = 4 << 20;
 
 /// The most the elements read early are estimated at, together.
-const EARLY_READS_BYTES: u64 = 32 << 20;
+pub const EARLY_READS_BYTES: u64 = 32 << 20;
 
 impl<'a> EarlyReads<'a> {
     /// The elements of `e` read early.
@@ -100,9 +100,8 @@ impl<'a> EarlyReads<'a> {
 ///
 /// A small frame (estimated at [`EARLY_FRAME_BYTES`] or less) has both read at once, on
 /// threads of their own from the start of the file's generation, its rows held until they
-/// are written: obs's first pass, obs's rows and var's two reads then overlap, where they
-/// came one after another. A larger frame is read in its turn, its rows streamed into the
-/// file.
+/// are written: obs's first pass, obs's rows and var's two reads then overlap. A larger
+/// frame is read in its turn, its rows streamed into the file.
 pub struct FrameRead<'s, 'a> {
     pub frame: &'a FrameElement,
     /// Its first pass and its rows, being read; `None`: read in turn.
@@ -113,7 +112,7 @@ pub struct FrameRead<'s, 'a> {
 type Reading<'s, T> = ScopedJoinHandle<'s, io::Result<T>>;
 
 /// The most a frame read at once is estimated at.
-const EARLY_FRAME_BYTES: u64 = 16 << 20;
+pub const EARLY_FRAME_BYTES: u64 = 16 << 20;
 
 impl<'s, 'a: 's> FrameRead<'s, 'a> {
     /// Starts reading `frame` in `scope` when it is small.

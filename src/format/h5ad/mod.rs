@@ -12,9 +12,9 @@
 //!
 //! This module knows nothing of SOMA: elements are made of Arrow arrays and plain values,
 //! and the names it is given must already be valid HDF5 link names. It holds the file, its
-//! groups, attributes and scalars, and the datasets written front to back ([`Appender`]);
-//! the elements are in [`columns`] (one-dimensional values and whole arrays), [`frame`],
-//! [`csr`] and [`dense`].
+//! groups, attributes and scalars, and the datasets written front to back (`Appender`);
+//! the elements are in `columns.rs` (one-dimensional values and whole arrays), `frame.rs`,
+//! `csr.rs` and `dense.rs`.
 
 use std::io;
 use std::path::Path;

@@ -8,6 +8,7 @@ use crate::soma::anndata::{AnnDataElements, AnnDataExperiment};
 use crate::soma::{ArrayObject, Selection, SomaObject};
 use crate::tiledb::Value;
 
+use crate::export::h5ad::H5adContent;
 use crate::export::zarr::ZarrStore;
 use crate::names::file_name;
 
@@ -56,7 +57,7 @@ impl DirKind for AnnDataDir {
 pub fn h5ad_files(experiment: &AnnDataExperiment, cells: &Selection, genes: &Selection) -> Entries {
     (experiment.measurements.iter())
         .filter_map(|m| {
-            let h5ad = H5adFile::new(experiment, m, cells, genes)?;
+            let h5ad = H5adFile::new(H5adContent::new(experiment, m, cells, genes)?);
             Some((format!("{}.h5ad", file_name(&m.name)), file(h5ad)))
         })
         .collect()

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use crate::soma::anndata::AT_ONCE;
 use crate::sync::map_at_once;
 
+use crate::export::h5ad::H5adContent;
 use crate::soma::anndata::{self, AnnDataMeasurement, ExperimentOutline, MeasurementGroup, Named};
 use crate::soma::filter::Filter;
 use crate::soma::tenx::TenxLayer;
@@ -164,7 +165,7 @@ impl CellQuery {
         listed: &Arc<AnnDataMeasurement>,
         genes: &Arc<SelectedRows>,
     ) -> Option<H5adFile> {
-        H5adFile::opening(group, listed, &self.cells, genes)
+        H5adContent::opening(group, listed, &self.cells, genes).map(H5adFile::new)
     }
 }
 

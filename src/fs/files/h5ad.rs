@@ -7,11 +7,8 @@
 //! is there. A category's or a query's file is estimated from its own cells (and genes),
 //! counted by the `stat`, like every other file of a part.
 
-use std::sync::Arc;
-
 use crate::export::h5ad::H5adContent;
-use crate::soma::anndata::{AnnDataExperiment, AnnDataMeasurement, MeasurementGroup};
-use crate::soma::{SelectedRows, Selection};
+use crate::soma::anndata::AnnDataElements;
 
 use super::super::cache::CacheKey;
 use super::super::data::{generate_whole_at, open_generated, small};
@@ -31,33 +28,14 @@ pub struct H5adFile {
 }
 
 impl H5adFile {
-    /// See [`H5adContent::new`].
-    pub fn new(
-        experiment: &AnnDataExperiment,
-        m: &Arc<AnnDataMeasurement>,
-        cells: &Selection,
-        genes: &Selection,
-    ) -> Option<H5adFile> {
-        H5adContent::new(experiment, m, cells, genes).map(H5adFile::of)
-    }
-
-    /// See [`H5adContent::opening`].
-    pub fn opening(
-        group: &Arc<MeasurementGroup>,
-        listed: &Arc<AnnDataMeasurement>,
-        cells: &Arc<SelectedRows>,
-        genes: &Arc<SelectedRows>,
-    ) -> Option<H5adFile> {
-        H5adContent::opening(group, listed, cells, genes).map(H5adFile::of)
-    }
-
-    fn of(content: H5adContent) -> H5adFile {
+    /// The file of `content`.
+    pub fn new(content: H5adContent) -> H5adFile {
         let first_key = measurement_key("h5ad", content.first(), |_| {});
         H5adFile { content, first_key }
     }
 
     /// The file's whole key, from the one of every element.
-    fn key_of(&self, whole: &crate::soma::anndata::AnnDataElements) -> CacheKey {
+    fn key_of(&self, whole: &AnnDataElements) -> CacheKey {
         CacheKey::joined(&self.first_key, &measurement_key("h5ad", whole, |_| {}))
     }
 

@@ -1,7 +1,7 @@
 //! An experiment's measurements as AnnData, as tiledbsoma's `to_anndata` makes them: which
 //! arrays each measurement's AnnData is made of (obs, var, the X layers, obsm, varm, obsp,
 //! varp and the uns collection), opened here. The reads an h5ad writer is fed from are in
-//! [`frames`] (a data frame's rows: all, or one category's) and [`cells`] (a matrix's cells
+//! `frames.rs` (a data frame's rows: all, or one category's) and `cells.rs` (a matrix's cells
 //! sorted by row then column: all, or those of some rows). The reads of an element a few
 //! rows at a time, that a container serving it in pieces (the Zarr store) is fed from, are
 //! in [`reads`] and [`csr`]; what each uns array is, and its values, in [`uns`].
