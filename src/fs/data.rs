@@ -144,8 +144,8 @@ pub fn generate_at(
 
 /// Generates the cache entry for `key` whole, unless there is one, outside any generation:
 /// it takes no generation slot and `status` does not list it. For content that is no file
-/// of the mount (the entries per row kept for a CSR matrix), and for files generated without
-/// their file context (the h5ad's and the Zarr chunks').
+/// of the mount: the entries per row kept for a CSR matrix, counted for the Zarr chunk or
+/// listing that needs them.
 pub fn generate_whole(
     cache: &ContentCache,
     key: &CacheKey,
@@ -158,22 +158,6 @@ pub fn generate_whole(
         what,
         || (),
         |file, _, ()| write_counted(file, None, |out| generate(out)),
-    )
-}
-
-/// [`generate_at`] outside any generation, as [`generate_whole`].
-pub fn generate_whole_at(
-    cache: &ContentCache,
-    first: &CacheKey,
-    what: &str,
-    generate: impl FnOnce(&Path) -> io::Result<CacheKey>,
-) -> FsResult<()> {
-    generate_into(
-        cache,
-        first,
-        what,
-        || (),
-        |_, path, ()| generate(path).map(Some),
     )
 }
 

@@ -1,5 +1,5 @@
 //! The filesystem: the tree of directories and generated files over a SOMA store
-//! ([`tree`]), the names it shows ([`names`]), open files ([`open_file`]), the on-disk
+//! ([`tree`]), the names it shows ([`crate::names`]), open files ([`open_file`]), the on-disk
 //! content cache ([`cache`]), and the thin FUSE layer ([`fuse`]) that translates kernel
 //! requests into calls on the tree.
 
@@ -10,7 +10,6 @@ mod dirs;
 pub mod error;
 mod files;
 pub mod fuse;
-pub mod names;
 mod open_file;
 pub mod slice_name;
 pub mod tree;

@@ -8,8 +8,11 @@ use crate::soma::anndata::{AnnDataElements, AnnDataExperiment};
 use crate::soma::{ArrayObject, Selection, SomaObject};
 use crate::tiledb::Value;
 
-use super::super::files::{H5adFile, ZarrStore};
-use super::super::names::file_name;
+use crate::export::h5ad::H5adContent;
+use crate::export::zarr::ZarrStore;
+use crate::names::file_name;
+
+use super::super::files::{CountsInCache, H5adFile};
 use super::by::{self, Split};
 use super::zarr::ZarrStoreDir;
 use super::{dir, file, DirContext, DirKind, Entries, Listed, NodeKind};
@@ -39,7 +42,8 @@ impl DirKind for AnnDataDir {
             let Some(elements) = AnnDataElements::of(&experiment, m, &all, &all) else {
                 continue;
             };
-            let store = ZarrStore::new(elements, cx.files.options.cache.clone());
+            let counts = Arc::new(CountsInCache(cx.files.options.cache.clone()));
+            let store = ZarrStore::new(elements, counts);
             let name = format!("{}.zarr", file_name(&m.name));
             named.push((name, dir(ZarrStoreDir(store))));
         }
@@ -53,7 +57,7 @@ impl DirKind for AnnDataDir {
 pub fn h5ad_files(experiment: &AnnDataExperiment, cells: &Selection, genes: &Selection) -> Entries {
     (experiment.measurements.iter())
         .filter_map(|m| {
-            let h5ad = H5adFile::new(experiment, m, cells, genes)?;
+            let h5ad = H5adFile::new(H5adContent::new(experiment, m, cells, genes)?);
             Some((format!("{}.h5ad", file_name(&m.name)), file(h5ad)))
         })
         .collect()

@@ -9,8 +9,8 @@ use crate::format::text::float_text;
 use crate::soma::{self, ArrayObject};
 use crate::tiledb::{Datatype, Value};
 
-use super::super::names::file_name;
 use super::{dir, DirContext, DirKind, Entries, Listed, NodeKind};
+use crate::names::file_name;
 
 /// The name under which null is listed among a column's labels.
 pub const NULL_LABEL: &str = "__null__";

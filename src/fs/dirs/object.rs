@@ -11,7 +11,6 @@ use crate::soma::{spatial, Objects, Selection, SomaObject, SomaType};
 use crate::tiledb::{Member, ObjectType};
 
 use super::super::files::{Document, NpyFile, PngFile, SpatialDoc, Table};
-use super::super::names::file_name;
 use super::anndata::AnnDataDir;
 use super::by;
 use super::query::{ExperimentWhereDir, WhereDir};
@@ -19,6 +18,7 @@ use super::table::table_entries;
 use super::table::FrameSplit;
 use super::tenx::TenxDir;
 use super::{dir, error_entries, file, DirContext, DirKind, Entries, ErrorDir, Listed};
+use crate::names::file_name;
 
 /// The directory of the object at `uri` (a group, an array, or a member that fails to open).
 #[derive(Debug, Clone)]

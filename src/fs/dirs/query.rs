@@ -20,6 +20,7 @@ use std::sync::Arc;
 use crate::soma::anndata::AT_ONCE;
 use crate::sync::map_at_once;
 
+use crate::export::h5ad::H5adContent;
 use crate::soma::anndata::{self, AnnDataMeasurement, ExperimentOutline, MeasurementGroup, Named};
 use crate::soma::filter::Filter;
 use crate::soma::tenx::TenxLayer;
@@ -27,10 +28,10 @@ use crate::soma::{ArrayObject, SelectedRows, Selection, SomaObject};
 use crate::tiledb::Value;
 
 use super::super::files::{Document, FileContext, H5adFile, Table};
-use super::super::names::file_name;
 use super::table::data_entries;
 use super::tenx::{is_matrix, TenxLayerDir};
 use super::{dir, error_entries, file, DirContext, DirKind, Entries, ErrorDir, Listed, NodeKind};
+use crate::names::file_name;
 
 /// `<dataframe>/where/`.
 #[derive(Debug)]
@@ -164,7 +165,7 @@ impl CellQuery {
         listed: &Arc<AnnDataMeasurement>,
         genes: &Arc<SelectedRows>,
     ) -> Option<H5adFile> {
-        H5adFile::opening(group, listed, &self.cells, genes)
+        H5adContent::opening(group, listed, &self.cells, genes).map(H5adFile::new)
     }
 }
 

@@ -10,9 +10,9 @@ use crate::soma::{ArrayObject, Objects, SelectedRows, Selection, SomaObject, Som
 use crate::tiledb::{ObjectType, Value};
 
 use super::super::files::{TenxFile, TenxPart};
-use super::super::names::file_name;
 use super::by::{self, Split};
 use super::{dir, file, DirContext, DirKind, Entries, Listed, NodeKind};
+use crate::names::file_name;
 
 /// `10x/` of a measurement, whose cells its experiment's obs (at `obs`) describes.
 #[derive(Debug)]

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use super::super::files::{ZarrArray, ZarrChunk, ZarrDocument, ZarrGroup, ZarrNode, ZarrStore};
+use crate::export::zarr::{ZarrArray, ZarrGroup, ZarrNode, ZarrStore};
+
+use super::super::files::{ZarrChunk, ZarrDocument};
 use super::{dir, error_entries, file, DirContext, DirKind, Entries, Listed, NodeKind};
 
 /// The store's root: its metadata (made on the first listing) and its groups. A store that

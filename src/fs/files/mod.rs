@@ -26,6 +26,7 @@ use super::data::DataOptions;
 use super::error::FsResult;
 use super::open_file::OpenFile;
 
+pub use anndata::CountsInCache;
 pub use document::{Document, SpatialDoc};
 pub use h5ad::H5adFile;
 pub use npy::NpyFile;
@@ -33,7 +34,7 @@ pub use png::PngFile;
 pub use status::{describe_status, StatusFile, TreeCounts, STATUS_NAME};
 pub use table::{Shown, Table, TableFile};
 pub use tenx::{TenxFile, TenxPart};
-pub use zarr::{ZarrArray, ZarrChunk, ZarrDocument, ZarrGroup, ZarrNode, ZarrStore};
+pub use zarr::{ZarrChunk, ZarrDocument};
 
 /// What files are generated with: the options and the cache, the background work that
 /// streams files while they are read, the store (for a file that opens objects of its own
