@@ -1,7 +1,7 @@
 """Integration tests for the data files of every array directory:
 data.csv, data.tsv, data.jsonl, data.parquet and data.npy, parsed back and compared
 value for value, in order, with what tiledbsoma reads (tiledb-py for plain TileDB
-arrays). See dataref.py for the reference rows and the expected text of each value.
+arrays). See data_reference.py for the reference rows and the expected text of each value.
 
 Run: .venv/bin/python -m pytest tests/python/test_data.py -q
 """
@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 from numpy.lib import format as npformat
 
-import dataref
-import somaref
-from dataref import Ref, RefCol
+from harness import data_reference
+from harness import tree_reference
+from harness.data_reference import Ref, RefCol
 
 STORES = ["hand", "pbmc", "scene", "big"]
 
@@ -40,16 +40,16 @@ _WALK: dict = {}
 _REFS: dict = {}
 
 
-def arrays_of(fixtures_dir: Path, store: str) -> list[somaref.Node]:
+def arrays_of(fixtures_dir: Path, store: str) -> list[tree_reference.Node]:
     key = (str(fixtures_dir), store)
     if key not in _WALK:
-        _WALK[key] = [n for n in somaref.walk(str(fixtures_dir / store)) if n.is_array]
+        _WALK[key] = [n for n in tree_reference.walk(str(fixtures_dir / store)) if n.is_array]
     return _WALK[key]
 
 
-def ref_of(node: somaref.Node) -> Ref:
+def ref_of(node: tree_reference.Node) -> Ref:
     if node.uri not in _REFS:
-        _REFS[node.uri] = dataref.reference(node)
+        _REFS[node.uri] = data_reference.reference(node)
     return _REFS[node.uri]
 
 
@@ -160,7 +160,7 @@ def test_array_directories_have_data_files(store, fixtures_dir, mounted):
     for node in arrays_of(fixtures_dir, store):
         ref = ref_of(node)
         listing = set(os.listdir(node_dir(mp, node)))
-        want = set(dataref.DATA_FILES) | ({"data.npy"} if ref.npy else set())
+        want = set(data_reference.DATA_FILES) | ({"data.npy"} if ref.npy else set())
         missing = want - listing
         if missing:
             problems.append(f"{node.display} ({ref.soma_type}): missing {sorted(missing)}")
@@ -177,7 +177,7 @@ def test_array_directories_have_data_files(store, fixtures_dir, mounted):
 
 
 def check_delimited(ref: Ref, text: str, fmt: str, probs: Problems):
-    delim = dataref.DELIMS[fmt]
+    delim = data_reference.DELIMS[fmt]
     name = f"data.{fmt}"
     big = ref.nrows > FULL_CHECK_ROWS
     if big:
@@ -198,12 +198,12 @@ def check_delimited(ref: Ref, text: str, fmt: str, probs: Problems):
         rows += [[(f, False) for f in lines[i + 1].split(delim)] for i in idx]
     else:
         try:
-            rows = dataref.split_delimited(text, delim)
-        except dataref.ParseError as e:
+            rows = data_reference.split_delimited(text, delim)
+        except data_reference.ParseError as e:
             probs.add(f"{name}: {e}")
             return
         try:
-            by_csv = dataref.csv_module_rows(text, delim)
+            by_csv = data_reference.csv_module_rows(text, delim)
         except Exception as e:  # noqa: BLE001
             probs.add(f"{name}: Python's csv module (strict) fails: {e}")
             by_csv = None
@@ -215,7 +215,7 @@ def check_delimited(ref: Ref, text: str, fmt: str, probs: Problems):
         probs.add(f"{name}: header {[t for t, _ in header]} != columns {ref.names}")
         return
     for t, q in header:
-        if q != dataref.needs_quotes(t, delim):
+        if q != data_reference.needs_quotes(t, delim):
             probs.add(f"{name}: header field {t!r} quoted={q}")
     body = rows[1:]
     if not big and len(body) != ref.nrows:
@@ -228,7 +228,7 @@ def check_delimited(ref: Ref, text: str, fmt: str, probs: Problems):
             probs.add(f"{name} row {i}: {len(r)} fields, expected {ncol}: {r[:ncol + 2]}")
             continue
         for col, (t, q) in zip(ref.cols, r):
-            msg = dataref.check_text_field(col, col.values[i], t, q, delim)
+            msg = data_reference.check_text_field(col, col.values[i], t, q, delim)
             if msg:
                 probs.add(f"{name} row {i} column {col.name}: {msg}")
     if big:
@@ -247,7 +247,7 @@ def check_delimited(ref: Ref, text: str, fmt: str, probs: Problems):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("fmt", dataref.TEXT_FORMATS)
+@pytest.mark.parametrize("fmt", data_reference.TEXT_FORMATS)
 @pytest.mark.parametrize("store", STORES)
 def test_csv_tsv_match_tiledbsoma(store, fmt, fixtures_dir, mounted):
     mp = mounted(store)
@@ -271,7 +271,7 @@ _PD_INT = {
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("fmt", dataref.TEXT_FORMATS)
+@pytest.mark.parametrize("fmt", data_reference.TEXT_FORMATS)
 @pytest.mark.parametrize("store", STORES)
 def test_pandas_reads_numeric_columns(store, fmt, fixtures_dir, mounted):
     """pandas.read_csv of data.csv / data.tsv gives the reference's integer and float
@@ -288,7 +288,7 @@ def test_pandas_reads_numeric_columns(store, fmt, fixtures_dir, mounted):
         others = {c.name: str for c in ref.cols if c not in numeric}
         try:
             df = pd.read_csv(
-                path, sep=dataref.DELIMS[fmt], dtype={**dtypes, **others}, keep_default_na=False,
+                path, sep=data_reference.DELIMS[fmt], dtype={**dtypes, **others}, keep_default_na=False,
                 na_values={c.name: ["", "NaN"] if c.kind in ("f32", "f64") else [""] for c in numeric},
                 float_precision="round_trip",
             )
@@ -342,7 +342,7 @@ def check_jsonl(ref: Ref, text: str, probs: Problems):
     names = ref.names
     for i in sample_rows(ref.nrows):
         try:
-            pairs = dataref.load_json_line(lines[i])
+            pairs = data_reference.load_json_line(lines[i])
         except ValueError as e:
             probs.add(f"data.jsonl line {i + 1}: invalid JSON ({e}): {lines[i][:300]!r}")
             continue
@@ -350,7 +350,7 @@ def check_jsonl(ref: Ref, text: str, probs: Problems):
             probs.add(f"data.jsonl line {i + 1}: keys {[k for k, _ in pairs]} != columns {names}")
             continue
         for col, (_, jv) in zip(ref.cols, pairs):
-            msg = dataref.check_json_value(col, col.values[i], jv)
+            msg = data_reference.check_json_value(col, col.values[i], jv)
             if msg:
                 probs.add(f"data.jsonl line {i + 1} {col.name}: {msg}")
     if ref.nrows > FULL_CHECK_ROWS:
@@ -389,10 +389,10 @@ def check_parquet(ref: Ref, t: pa.Table, probs: Problems):
     if t.num_rows != ref.nrows:
         probs.add(f"data.parquet: {t.num_rows} rows, expected {ref.nrows}")
         return
-    rt = dataref.pyarrow_roundtrip_schema(ref.schema)
+    rt = data_reference.pyarrow_roundtrip_schema(ref.schema)
     for col in ref.cols:
         f = t.schema.field(col.name)
-        if not dataref.parquet_type_ok(f.type, col.type, rt.field(col.name).type):
+        if not data_reference.parquet_type_ok(f.type, col.type, rt.field(col.name).type):
             probs.add(
                 f"data.parquet column {col.name}: type {f.type}, expected {col.type}"
                 f" (or {rt.field(col.name).type} as pyarrow round-trips it)"
@@ -404,11 +404,11 @@ def check_parquet(ref: Ref, t: pa.Table, probs: Problems):
             if msg:
                 probs.add(f"data.parquet: {msg}")
             continue
-        got = dataref.canonical_values(t.column(col.name), col.type)
+        got = data_reference.canonical_values(t.column(col.name), col.type)
         want = col.values
         for i, (g, w) in enumerate(zip(got, want)):
             if col.kind in ("f32", "f64") and g is not None and w is not None:
-                ok = dataref.same_float(g, w, col.kind)
+                ok = data_reference.same_float(g, w, col.kind)
             else:
                 ok = g == w and type(g) is type(w)
             if not ok:
@@ -433,7 +433,7 @@ def test_parquet_matches_tiledbsoma(store, fixtures_dir, mounted):
         data = read_data_file(path, probs)
         if data is not None:
             try:
-                by_bytes = dataref.read_parquet_bytes(data)
+                by_bytes = data_reference.read_parquet_bytes(data)
             except Exception as e:  # noqa: BLE001
                 probs.add(f"pyarrow cannot read the file's bytes: {type(e).__name__}: {e}")
             else:
@@ -549,13 +549,13 @@ def test_empty_arrays(array, fixtures_dir, mounted):
     assert (d / "data.csv").read_bytes() == (",".join(ref.names) + "\n").encode()
     assert (d / "data.tsv").read_bytes() == ("\t".join(ref.names) + "\n").encode()
     assert (d / "data.jsonl").read_bytes() == b""
-    t = dataref.read_parquet_bytes((d / "data.parquet").read_bytes())
+    t = data_reference.read_parquet_bytes((d / "data.parquet").read_bytes())
     assert t.num_rows == 0
     assert t.column_names == ref.names
-    rt = dataref.pyarrow_roundtrip_schema(ref.schema)
+    rt = data_reference.pyarrow_roundtrip_schema(ref.schema)
     for col in ref.cols:
         f = t.schema.field(col.name)
-        assert dataref.parquet_type_ok(f.type, col.type, rt.field(col.name).type), (col.name, f.type, col.type)
+        assert data_reference.parquet_type_ok(f.type, col.type, rt.field(col.name).type), (col.name, f.type, col.type)
         assert f.nullable == col.nullable, col.name
     for name in ("data.csv", "data.tsv", "data.jsonl", "data.parquet"):
         assert os.stat(d / name).st_size == len((d / name).read_bytes()), name
@@ -568,7 +568,7 @@ def test_edge_strings_round_trip_through_csv_module(mounted):
     d = mp / "edge" / "all_types"
     import csv
 
-    for fmt, delim in dataref.DELIMS.items():
+    for fmt, delim in data_reference.DELIMS.items():
         with open(d / f"data.{fmt}", newline="", encoding="utf-8") as f:
             rows = list(csv.reader(f, delimiter=delim, strict=True))
         header = rows[0]

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet
 import pytest
 
-import somaref  # noqa: F401  (quiet tiledbsoma warnings)
+from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
 from conftest import mount_guard, wait_until
 

@@ -40,14 +40,14 @@ import pytest
 import scipy.sparse as sp
 from numpy.lib import format as npformat
 
-import somaref
+from harness import tree_reference
 import test_data
 import test_slices
 import test_tree
 import tiledb
 import tiledbsoma
 from conftest import lazy_mounts
-from somaref import encode_name, json_equal, load_json_strict
+from harness.tree_reference import encode_name, json_equal, load_json_strict
 
 REPO = Path(__file__).resolve().parents[2]
 TENX_STORES = ["pbmc", "hand", "v1", "legacy"]
@@ -86,10 +86,10 @@ def mounts(fixtures_dir, soma_mount_bin):
 _WALK: dict = {}
 
 
-def walk(fixtures_dir: Path, store: str) -> list[somaref.Node]:
+def walk(fixtures_dir: Path, store: str) -> list[tree_reference.Node]:
     key = (str(fixtures_dir), store)
     if key not in _WALK:
-        _WALK[key] = somaref.walk(str(fixtures_dir / store))
+        _WALK[key] = tree_reference.walk(str(fixtures_dir / store))
     return _WALK[key]
 
 
@@ -121,7 +121,7 @@ class Layer:
     store: str
     display: str  # relpath of the layer's 10x directory, "/"-joined
     relpath: tuple  # of the 10x/<layer> directory, from the mount root
-    obs_node: somaref.Node
+    obs_node: tree_reference.Node
     x_uri: str
     var_uri: str
     value_type: pa.DataType
@@ -804,7 +804,7 @@ def check_transform(got, t, where) -> list[str]:
 def registered(uri) -> set:
     """Names registered in a collection's metadata (both key spellings)."""
     out = set()
-    for k in somaref.raw_metadata(uri, True):
+    for k in tree_reference.raw_metadata(uri, True):
         for pre in ("soma_scene_registry_", "somascene_registry"):
             if k.startswith(pre):
                 out.add(k[len(pre):])
@@ -985,7 +985,7 @@ def test_v1_fixture_is_encoding_1(fixtures_dir):
     nodes = walk(fixtures_dir, "v1")
     assert len(nodes) == 10, [n.display for n in nodes]
     for n in nodes:
-        md = somaref.raw_metadata(n.uri, n.is_group)
+        md = tree_reference.raw_metadata(n.uri, n.is_group)
         assert md["soma_encoding_version"][1] == "1", (n.display, md["soma_encoding_version"])
         if n.is_array:
             with tiledb.open(n.uri) as A:

@@ -60,15 +60,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import dataref
-import somaref
+from harness import data_reference
+from harness import tree_reference
 import test_data as td
 import test_remote as tr
 import test_slices as ts
 import test_tree as tt
 from conftest import binary_path, mount_guard, wait_until, within
-from s3server import S3Server, config_args
-from somaref import json_equal, load_json_strict
+from harness.moto_server import S3Server, config_args
+from harness.tree_reference import json_equal, load_json_strict
 from test_faults import _rss_mb, _threads
 
 import tiledbsoma
@@ -265,7 +265,7 @@ class Snapshot:
     written_at: float  # time.monotonic() once tiledbsoma's writes of this state returned
     tables: dict  # array name -> pa.Table as tiledbsoma reads it (row-major, schema order)
     metadata: dict  # array name -> metadata as tiledbsoma reads it (normalized)
-    schema_json: dict  # array name -> the schema.json it implies (somaref.expected_schema_of)
+    schema_json: dict  # array name -> the schema.json it implies (tree_reference.expected_schema_of)
 
 
 class LiveStore:
@@ -305,7 +305,7 @@ class LiveStore:
             with tiledbsoma.open(f"{self.uri}/{name}") as obj:
                 tables[name] = tr.soma_ref(name, obj).table
                 md[name] = tr.normalized_metadata(obj)
-                sj[name] = somaref.expected_schema_of(obj, False)
+                sj[name] = tree_reference.expected_schema_of(obj, False)
                 self.schemas[name] = obj.schema
                 self.soma_types[name] = obj.soma_type
         assert tables["obs"].num_rows == hi, f"tiledbsoma reads {tables['obs'].num_rows} obs rows after append {k}"
@@ -387,7 +387,7 @@ def _filtered(spec: Spec, snap: Snapshot) -> pa.Table:
         v = t.column("soma_dim_1").to_numpy()
         mask &= (v >= spec.cols[0]) & (v <= spec.cols[1])
     if spec.label is not None:
-        mask &= np.array([x == spec.label for x in dataref.canonical_values(t.column("cat"))], bool)
+        mask &= np.array([x == spec.label for x in data_reference.canonical_values(t.column("cat"))], bool)
     return t.filter(pa.array(mask))
 
 
@@ -407,7 +407,7 @@ def check_data(ref, spec: Spec, data: bytes) -> list[str]:
     probs = td.Problems(spec.rel)
     if spec.fmt == "parquet":
         try:
-            t = dataref.read_parquet_bytes(data)
+            t = data_reference.read_parquet_bytes(data)
         except Exception as e:  # noqa: BLE001
             probs.add(f"pyarrow cannot read it: {type(e).__name__}: {e}")
         else:
@@ -1354,7 +1354,7 @@ def test_status_during_a_generation(fixtures_dir, mount):
                 chunk = os.read(fd, MiB - len(head))
                 assert chunk, f"{rel} ended after {len(head)} bytes"
                 head += chunk
-            line0 = dataref.load_json_line(head.split(b"\n", 1)[0].decode())
+            line0 = data_reference.load_json_line(head.split(b"\n", 1)[0].decode())
             assert [(k, float(v) if k == "soma_data" else int(v)) for k, v in line0] == want, (
                 f"first line of {rel}: {line0}, tiledbsoma reads {want}"
             )

@@ -32,7 +32,7 @@ import pandas as pd
 import pytest
 import scipy.sparse
 
-import somaref  # noqa: F401  (quiet tiledbsoma warnings)
+from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
 import tiledbsoma.io
 from conftest import mount_guard

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.csv
 import pytest
 
-import somaref  # noqa: F401  (quiet tiledbsoma warnings)
+from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
 from conftest import hash_tree, mount_guard
 

@@ -2,7 +2,7 @@
 "Stores in object storage", "Time travel").
 
 1. Content over S3: the fixture stores are uploaded to a local S3-compatible server
-   (moto's server mode, see s3server.py) and mounted as s3://bucket/<store> with
+   (moto's server mode, see harness/moto_server.py) and mounted as s3://bucket/<store> with
    --config; the listings, metadata.json, schema.json and data files must be what the
    local tests expect (the same checks as test_tree.py / test_data.py, against the
    local copy), and what tiledbsoma reads from the s3:// URI itself.
@@ -41,15 +41,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import dataref
-import somaref
+from harness import data_reference
+from harness import tree_reference
 import test_data as td
 import test_tree as tt
 from conftest import is_mounted, mount_guard, wait_until, within
-from dataref import Ref, RefCol
-from s3proxy import LatencyProxy, kind_of, tls_server_context
-from s3server import S3Server, config_args, soma_context
-from somaref import json_equal, load_json_strict
+from harness.data_reference import Ref, RefCol
+from harness.latency_proxy import LatencyProxy, kind_of, tls_server_context
+from harness.moto_server import S3Server, config_args, soma_context
+from harness.tree_reference import json_equal, load_json_strict
 
 import tiledbsoma
 
@@ -111,11 +111,11 @@ def read_json_file(path):
 
 
 def normalized_metadata(obj) -> dict:
-    return {k: somaref.norm_value(v) for k, v in obj.metadata.items()}
+    return {k: tree_reference.norm_value(v) for k, v in obj.metadata.items()}
 
 
 def soma_ref(display: str, obj) -> Ref:
-    """dataref.Ref of an open tiledbsoma DataFrame or SparseNDArray (at whatever
+    """data_reference.Ref of an open tiledbsoma DataFrame or SparseNDArray (at whatever
     timestamp and context it was opened with)."""
     st = obj.soma_type
     schema = obj.schema
@@ -126,7 +126,7 @@ def soma_ref(display: str, obj) -> Ref:
     else:
         raise TypeError(f"soma_ref: {st} not handled")
     table = table.select(schema.names)
-    cols = [RefCol(f.name, f.type, f.nullable, dataref.kind_of(f.type), dataref.ts_unit(f.type), table) for f in schema]
+    cols = [RefCol(f.name, f.type, f.nullable, data_reference.kind_of(f.type), data_reference.ts_unit(f.type), table) for f in schema]
     return Ref(display, st, table, schema, cols, None, False)
 
 
@@ -153,7 +153,7 @@ def check_csv_and_parquet(ref: Ref, d: Path, probs: td.Problems):
     data = td.read_data_file(d / "data.parquet", probs)
     if data is not None:
         try:
-            t = dataref.read_parquet_bytes(data)
+            t = data_reference.read_parquet_bytes(data)
         except Exception as e:  # noqa: BLE001
             probs.add(f"data.parquet unreadable: {type(e).__name__}: {e}")
         else:
@@ -183,7 +183,7 @@ def check_soma_object(
     except (OSError, ValueError) as e:
         problems.append(f"{display}/schema.json: {e}")
     else:
-        exp = somaref.expected_schema_of(obj, obj.soma_type == "SOMASparseNDArray" and obj.nnz == 0)
+        exp = tree_reference.expected_schema_of(obj, obj.soma_type == "SOMASparseNDArray" and obj.nnz == 0)
         if also_cell_count is not None and isinstance(sch, dict) and sch.get("cell_count") == also_cell_count:
             exp["cell_count"] = also_cell_count
         problems += tt._compare_schema(display, sch, exp)
@@ -308,7 +308,7 @@ def test_s3_matches_tiledbsoma_reading_s3(store, s3, s3_mounted, fixtures_dir):
     """schema.json, data.csv and data.parquet equal what tiledbsoma reads from
     s3://somabucket/<store>/<array> with a SOMATileDBContext configured like the daemon
     (so the upload and the reference are checked too). metadata.json is compared with
-    the local reference (somaref corrects tiledbsoma's misreads with tiledb-py's raw
+    the local reference (tree_reference corrects tiledbsoma's misreads with tiledb-py's raw
     values), after checking that tiledbsoma reads the same metadata from S3."""
     mp = Path(s3_mounted(store))
     ctx = soma_context(s3.tiledb_config())
@@ -316,7 +316,7 @@ def test_s3_matches_tiledbsoma_reading_s3(store, s3, s3_mounted, fixtures_dir):
     problems = []
     for rel in [""] + S3_DIRECT[store]:
         node = nodes[tuple(Path(rel).parts)]
-        expected_md = somaref.expected_metadata(node)
+        expected_md = tree_reference.expected_metadata(node)
         with tiledbsoma.open(f"s3://{BUCKET}/{store}/{rel}".rstrip("/"), context=ctx) as obj:
             via_s3 = normalized_metadata(obj)
             broken = {k for k, v in expected_md.items() if v == []}  # tiledbsoma misreads these
@@ -340,7 +340,7 @@ def test_s3_direct_matches_tiledbsoma_reading_s3(s3, fixtures_dir):
             node = nodes[tuple(Path(rel).parts)]
             with tiledbsoma.open(f"s3://{BUCKET}/{store}/{rel}", context=ctx) as obj:
                 check_soma_object(Path(mp) / rel, f"{store}/{rel}", obj, problems,
-                                  expected_md=somaref.expected_metadata(node))
+                                  expected_md=tree_reference.expected_metadata(node))
     td.fail_if(problems, "differences from tiledbsoma with --s3-direct")
 
 
@@ -365,7 +365,7 @@ def test_s3_over_https_trusts_the_ca_file_libtiledb_is_given(s3, fixtures_dir, t
                 node = nodes[tuple(Path(rel).parts)]
                 with tiledbsoma.open(f"s3://{BUCKET}/{store}/{rel}", context=ctx) as obj:
                     check_soma_object(Path(mp) / rel, f"{store}/{rel}", obj, problems,
-                                      expected_md=somaref.expected_metadata(node))
+                                      expected_md=tree_reference.expected_metadata(node))
             whole_listings = [
                 t for m, t in proxy.requests()
                 if kind_of(m, t) == "LIST" and "delimiter" not in urllib.parse.parse_qs(urllib.parse.urlsplit(t).query)
@@ -798,9 +798,9 @@ def test_uncached_paths_during_outage(how, fault_server, fixtures_dir):
                 time.sleep(0.5)
         recovered_after = RECOVER_WITHIN - (deadline - time.monotonic())
         print(f"recovered after {recovered_after:.1f} s")
-        problems = tt._compare_schema("obs", got, somaref.expected_schema(nodes["obs"].uri))
+        problems = tt._compare_schema("obs", got, tree_reference.expected_schema(nodes["obs"].uri))
         md = read_json_file(root / "ms" / "RNA" / "var" / "metadata.json")
-        if not json_equal(md, somaref.expected_metadata(nodes["ms/RNA/var"])):
+        if not json_equal(md, tree_reference.expected_metadata(nodes["ms/RNA/var"])):
             problems.append(f"ms/RNA/var/metadata.json after recovery: {md}")
         probs = td.Problems("ms/RNA/X/data")
         blob = td.read_data_file(root / "ms" / "RNA" / "X" / "data" / "data.csv", probs)

@@ -1,7 +1,7 @@
 """Requests to the object store (fewer round trips over S3).
 
-The pbmc fixture is served by a local S3 server (s3server.py) through a counting proxy
-(s3proxy.py). A fresh mount lists `obs/`, or reads `obs/data.csv`; every request the daemon
+The pbmc fixture is served by a local S3 server (harness/moto_server.py) through a counting proxy
+(harness/latency_proxy.py). A fresh mount lists `obs/`, or reads `obs/data.csv`; every request the daemon
 sends, from its start until it has been idle for a while (so what it opens ahead of the
 look is counted too), is counted against what tiledbsoma sends for the same thing, from a
 fresh context: the experiment and obs opened, their metadata read (a listing), or
@@ -67,10 +67,10 @@ import pytest
 
 import test_data as td
 import test_remote as tr
-from s3proxy import LatencyProxy, key_of, kind_of
-from s3server import S3Server, config_args, soma_context
-import somaref
-from somaref import json_equal
+from harness.latency_proxy import LatencyProxy, key_of, kind_of
+from harness.moto_server import S3Server, config_args, soma_context
+from harness import tree_reference
+from harness.tree_reference import json_equal
 
 import tiledbsoma
 
@@ -142,7 +142,7 @@ def test_a_listing_costs_at_most_a_margin_over_tiledbsoma(counted, mount):
         kinds = proxy.summary()
 
     def look(exp):
-        return {k: somaref.norm_value(v) for k, v in exp.obs.metadata.items()}
+        return {k: tree_reference.norm_value(v) for k, v in exp.obs.metadata.items()}
 
     reference, metadata = tiledbsoma_count(proxy, cfg, look)
     summary = report("ls obs/ and its metadata.json", requests, kinds, reference)

@@ -3,12 +3,12 @@ fresh before they expire (docs/REFERENCE.md "The S3 front", "Keys").
 
 Each source is set up as a user's machine would have it (settings, environment, shared
 config and credentials files in a HOME of the test's, SSO's token cache), its service faked
-on 127.0.0.1 (awsfakes.py: STS, the SSO portal, the container endpoint, instance metadata),
+on 127.0.0.1 (harness/aws_fakes.py: STS, the SSO portal, the container endpoint, instance metadata),
 every fake handing out the keys of the test's s3s-fs server (which verifies every
-signature, s3sfs.py) with a session token of its own. The mount, through the front, must
+signature, harness/s3sfs_server.py) with a session token of its own. The mount, through the front, must
 read pbmc's obs as tiledbsoma reads it from the same server, the daemon must log which
 source it used (`s3 front: credentials from SOURCE`), the fake must have been asked, and
-every request reaching the store (through faultproxy.py) must carry the session token the
+every request reaching the store (through harness/fault_proxy.py) must carry the session token the
 source handed out. Credentials valid 30 s are refreshed before they expire: the proxy
 answers ExpiredToken, as S3 does, to a request signed with an expired token, and files read
 after the first expiry are still tiledbsoma's.
@@ -29,7 +29,7 @@ from typing import Callable
 import pytest
 
 import test_data as td
-from awsfakes import (
+from harness.aws_fakes import (
     ACCOUNT_ID,
     CREDENTIAL_PROCESS,
     CredentialIssuer,
@@ -39,9 +39,9 @@ from awsfakes import (
     SsoPortal,
     write_sso_token_cache,
 )
-from faultproxy import FaultProxy
-from s3server import REGION
-from s3sfs import ACCESS_KEY, SECRET_KEY, S3sFsServer
+from harness.fault_proxy import FaultProxy
+from harness.moto_server import REGION
+from harness.s3sfs_server import ACCESS_KEY, SECRET_KEY, S3sFsServer
 from test_s3_security import (
     BUCKET,
     STORE,

@@ -3,7 +3,7 @@ process would attack it (docs/REFERENCE.md "The S3 front"; docs/SEMANTICS.md "Se
 
 Every mount here is of an `s3://` URI without `--s3-direct`, so libtiledb's requests go
 through the front, which signs them again with the user's keys; the store is s3s-fs
-(s3sfs.py), which refuses any request whose SigV4 signature is not right. Expectations come
+(harness/s3sfs_server.py), which refuses any request whose SigV4 signature is not right. Expectations come
 from tiledbsoma reading the same S3 URIs (test_remote.py's comparisons) and from the contract
 of the issue:
 
@@ -12,7 +12,7 @@ of the issue:
    in their names; path-style and virtual-hosted addressing (names in /etc/hosts made by
    the test), an endpoint with its scheme; an array whose listings span more than one page
    of 1,000 keys.
-2. Faults between the front and the store (faultproxy.py): 503 ServiceUnavailable and
+2. Faults between the front and the store (harness/fault_proxy.py): 503 ServiceUnavailable and
    SlowDown are retried, a ranged answer cut short is read again: files are whole.
 3. As another process: requests not signed with the front's own key are refused (403),
    writes too, and a declared body is not read; group members naming another bucket or
@@ -45,13 +45,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import somaref
+from harness import tree_reference
 import test_data as td
 import test_tree as tt
 from conftest import mount_guard, wait_until, within
-from faultproxy import ConnectionTrap, FaultProxy, Seen
-from s3server import REGION, config_args, soma_context
-from s3sfs import ACCESS_KEY, SECRET_KEY, S3sFsServer, local_files, s3s_fs_binary
+from harness.fault_proxy import ConnectionTrap, FaultProxy, Seen
+from harness.moto_server import REGION, config_args, soma_context
+from harness.s3sfs_server import ACCESS_KEY, SECRET_KEY, S3sFsServer, local_files, s3s_fs_binary
 from test_remote import S3_DIRECT, check_soma_object, run_bounded
 
 import tiledbsoma
@@ -136,7 +136,7 @@ def compare_arrays(mp, server: S3sFsServer, fixtures_dir: Path, uri: str, rels, 
                    cfg: dict | None = None) -> list[str]:
     """metadata.json, schema.json, data.csv and data.parquet of each object `rel` under the
     mount `mp` of `uri`, against tiledbsoma reading `uri`/rel from the server (with `cfg`,
-    else the server's settings). metadata.json is the local reference's (somaref corrects
+    else the server's settings). metadata.json is the local reference's (tree_reference corrects
     tiledbsoma's misreads), as in test_remote.test_s3_matches_tiledbsoma_reading_s3."""
     ctx = soma_context(cfg or server.tiledb_config())
     nodes = {n.relpath: n for n in tt.walk_store(fixtures_dir, store)}
@@ -145,7 +145,7 @@ def compare_arrays(mp, server: S3sFsServer, fixtures_dir: Path, uri: str, rels, 
         node = nodes[tuple(Path(rel).parts)]
         with tiledbsoma.open(f"{uri}/{rel}".rstrip("/"), context=ctx) as obj:
             check_soma_object(Path(mp) / rel, f"{store}/{rel}", obj, problems,
-                              expected_md=somaref.expected_metadata(node))
+                              expected_md=tree_reference.expected_metadata(node))
     return problems
 
 

@@ -34,7 +34,7 @@ import pytest
 import scipy.io
 import scipy.sparse
 
-import somaref  # noqa: F401  (quiet tiledbsoma warnings)
+from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
 from conftest import mount_guard
 from test_parts import LIMIT, build_store

@@ -60,14 +60,14 @@ import pyarrow.compute as pc
 import pytest
 import scipy.sparse as sp
 
-import dataref
-import somaref
+from harness import data_reference
+from harness import tree_reference
 import test_anndata
 import test_legacy
 import test_slices
 import tiledbsoma
 from conftest import lazy_mounts, mount_guard, within
-from dataref import Ref
+from harness.data_reference import Ref
 from test_data import Problems, decode_utf8, fail_if, read_data_file
 from test_slices import check_file_against, make_ref, table_values, values_equal
 
@@ -440,12 +440,12 @@ def test_df_where_nothing_matches(q, fixtures_dir, mounts):
     assert (d / "data.csv").read_bytes() == (",".join(ref.names) + "\n").encode(), f"{q}: data.csv"
     assert (d / "data.tsv").read_bytes() == ("\t".join(ref.names) + "\n").encode(), f"{q}: data.tsv"
     assert (d / "data.jsonl").read_bytes() == b"", f"{q}: data.jsonl"
-    t = dataref.read_parquet_bytes((d / "data.parquet").read_bytes())
+    t = data_reference.read_parquet_bytes((d / "data.parquet").read_bytes())
     assert t.num_rows == 0 and t.column_names == ref.names, f"{q}: data.parquet has {t.num_rows} rows, {t.column_names}"
-    rt = dataref.pyarrow_roundtrip_schema(ref.schema)
+    rt = data_reference.pyarrow_roundtrip_schema(ref.schema)
     for col in ref.cols:
         f = t.schema.field(col.name)
-        assert dataref.parquet_type_ok(f.type, col.type, rt.field(col.name).type), f"{q}: {col.name} is {f.type}"
+        assert data_reference.parquet_type_ok(f.type, col.type, rt.field(col.name).type), f"{q}: {col.name} is {f.type}"
         assert f.nullable == col.nullable, f"{q}: {col.name} nullable={f.nullable}"
     for name in DATA_FILES:
         assert os.stat(d / name).st_size == len((d / name).read_bytes()), f"{q}: size of {name}"
@@ -695,10 +695,10 @@ def selection(fixtures_dir: Path, store: str, m: str, obs_filter: str, var_filte
             var_t = sorted_by(q.var().concat(), ["soma_joinid"]).select(var_schema.names)
             xs = {}
             for layer in layers:
-                x_node = frame_node(fixtures_dir, store, f"ms/{m}/X/{somaref.encode_name(layer)}")
+                x_node = frame_node(fixtures_dir, store, f"ms/{m}/X/{tree_reference.encode_name(layer)}")
                 x_schema = test_slices.ref_of(x_node).schema
                 t = sorted_by(q.X(layer).tables().concat(), ["soma_dim_0", "soma_dim_1"]).select(x_schema.names)
-                xs[somaref.encode_name(layer)] = make_ref(f"ms/{m}/X/{layer}", "SOMASparseNDArray", t, x_schema)
+                xs[tree_reference.encode_name(layer)] = make_ref(f"ms/{m}/X/{layer}", "SOMASparseNDArray", t, x_schema)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 qa = q.to_anndata(X_name="data" if "data" in layers else layers[0])
@@ -877,7 +877,7 @@ def test_exp_where_x_and_obsm(case, fixtures_dir, mounts):
             problems += probs.done()
         for name, ref in obsm_refs(fixtures_dir, case.store, m, sel.obs_j).items():
             probs = Problems(f"where/{encode_filter(case.obs_filter)}/ms/{m}/obsm/{name}")
-            check_array_dir(base / "ms" / m / "obsm" / somaref.encode_name(name), ref, probs)
+            check_array_dir(base / "ms" / m / "obsm" / tree_reference.encode_name(name), ref, probs)
             problems += probs.done()
     fail_if(problems, f"X/obsm problems with {case}")
 
@@ -956,7 +956,7 @@ def test_exp_where_all_is_the_whole_experiment(store, fixtures_dir, mounts):
         pairs += [(f"ms/{m}/var", n) for n in DATA_FILES]
         with tiledbsoma.Experiment.open(str(fixtures_dir / store)) as exp:
             layers = sorted(exp.ms[m].X.keys())
-        pairs += [(f"ms/{m}/X/{somaref.encode_name(x)}", n) for x in layers for n in DATA_FILES]
+        pairs += [(f"ms/{m}/X/{tree_reference.encode_name(x)}", n) for x in layers for n in DATA_FILES]
         pairs += [("/".join(layer.relpath), n) for layer in tenx_layers_of(fixtures_dir, store, m)
                   for n in sorted(test_legacy.TENX_FILES)]
     differ = [f"{rel}/{n}" for rel, n in pairs if (w / "all" / rel / n).read_bytes() != (mp / rel / n).read_bytes()]

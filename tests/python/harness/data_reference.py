@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import somaref  # noqa: F401  (silences tiledbsoma's warnings before the import below)
+from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings before the import below)
 import tiledb
 import tiledbsoma
 
