@@ -1,12 +1,12 @@
 """soma-mount against tiledbsoma over an object store with latency: `scripts/bench --latency`.
 
-A local S3 server (moto, tests/python/s3server.py) holds two stores:
+A local S3 server (moto, tests/python/harness/moto_server.py) holds two stores:
 - pbmc, the test fixture: one fragment per array, an experiment five levels deep;
 - appended, the benchmark's experiment (bench-data/experiment, built by scripts/bench.py):
   X is 100,000 x 20,000 with 25 million cells written in 10 fragments, as a store grown by
   appends is.
 
-A proxy on 127.0.0.1 in front of the server (tests/python/s3proxy.py) holds each request N
+A proxy on 127.0.0.1 in front of the server (tests/python/harness/latency_proxy.py) holds each request N
 ms, and counts requests and rounds (the longest chain of requests each sent after the one
 before it was answered). At each N (0, 20 and 50 ms by default) every task runs on both
 sides, each on a fresh mount with an empty cache and in a fresh Python interpreter with
@@ -45,8 +45,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "python"))
 
-from s3proxy import LatencyProxy  # noqa: E402 -- the tests' helpers
-from s3server import S3Server, config_args  # noqa: E402
+from harness.latency_proxy import LatencyProxy  # noqa: E402 -- the tests' helpers
+from harness.moto_server import S3Server, config_args  # noqa: E402
 
 BIN = Path(os.environ.get("SOMA_MOUNT_BIN") or REPO / "target" / "release" / "soma-mount")
 BUCKET = "bench"

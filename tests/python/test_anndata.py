@@ -42,7 +42,7 @@ import scipy.sparse as sp
 
 import tiledbsoma
 import tiledbsoma.io
-from conftest import mount_guard
+from harness.mount import mount_guard
 
 pytestmark = pytest.mark.timeout(300)
 

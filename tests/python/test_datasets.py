@@ -62,7 +62,8 @@ import pytest
 from harness import data_reference
 from harness import tree_reference
 import tiledbsoma
-from conftest import mount_guard, within
+from harness.mount import mount_guard
+from harness.settings import within
 from test_readers import r_has, run
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl")

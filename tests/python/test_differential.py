@@ -56,8 +56,9 @@ import pytest
 from harness import random_store
 from harness import tree_reference
 import tiledb
-from conftest import mount_guard
-from test_data import Problems, arrays_equal, fail_if
+from harness.mount import mount_guard
+from harness.data_reference import ref_of
+from harness.formats import Problems, arrays_equal, fail_if
 from test_slices import (
     FORMATS,
     _in_spec,
@@ -72,7 +73,6 @@ from test_slices import (
     list_slices,
     make_ref,
     match_listing,
-    ref_of,
     slice_name,
 )
 from test_tree import _compare_schema, read_json

@@ -23,7 +23,7 @@ import pytest
 
 from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
-from conftest import mount_guard, wait_until
+from harness.mount import mount_guard, wait_until
 
 SMALL_LIMIT = "1K"  # below every data file read here: opening streams it
 

@@ -46,8 +46,10 @@ import test_slices
 import test_tree
 import tiledb
 import tiledbsoma
-from conftest import lazy_mounts
+from harness.mount import lazy_mounts
 from harness.tree_reference import encode_name, json_equal, load_json_strict
+from harness import formats
+from harness import data_reference
 
 REPO = Path(__file__).resolve().parents[2]
 TENX_STORES = ["pbmc", "hand", "v1", "legacy"]
@@ -93,7 +95,7 @@ def walk(fixtures_dir: Path, store: str) -> list[tree_reference.Node]:
     return _WALK[key]
 
 
-fail_if = test_data.fail_if
+fail_if = formats.fail_if
 
 
 def read_sized(path: Path, exact_on_open: bool = True) -> bytes:
@@ -466,10 +468,10 @@ def test_tenx_by_category_matches_value_filter(store, fixtures_dir, mounts, tmp_
     problems = []
     n_dirs = 0
     for layer in tenx_layers(fixtures_dir, store):
-        obs_ref = test_slices.ref_of(layer.obs_node)
+        obs_ref = data_reference.ref_of(layer.obs_node)
         for f, labels in test_slices.enum_columns(layer.obs_node):
             cd = mp.joinpath(*layer.relpath, "by", encode_name(f.name))
-            lp = test_data.Problems(f"{layer.display}/by/{encode_name(f.name)}")
+            lp = formats.Problems(f"{layer.display}/by/{encode_name(f.name)}")
             try:
                 shown = test_slices.match_listing(
                     set(os.listdir(cd)), labels, test_slices.label_kind(f), f.nullable, "ls", lp
@@ -678,12 +680,12 @@ def test_npy_fresh_mount(store, fixtures_dir, mount):
     """On a fresh mount: stat of data.npy says header + cells x itemsize before any
     read; random byte ranges read on their own (pread, first the far end) equal those of
     tiledbsoma's values; numpy.load(mmap_mode="r") slices equal tiledbsoma's read."""
-    nodes = [n for n in dense_nodes(fixtures_dir, store) if test_data.ref_of(n).npy]
+    nodes = [n for n in dense_nodes(fixtures_dir, store) if data_reference.ref_of(n).npy]
     assert nodes, f"no numeric dense arrays in {store}"
     problems = []
     with mount(fixtures_dir / store) as mp:
         for node in nodes:
-            want = test_data.ref_of(node).dense
+            want = data_reference.ref_of(node).dense
             path = Path(mp).joinpath(*node.relpath) / "data.npy"
             where = node.display
             try:
@@ -719,10 +721,10 @@ def test_npy_fresh_mount(store, fixtures_dir, mount):
                 problems.append(f"{where}: numpy.load(mmap_mode='r') fails: {type(e).__name__}: {e}")
                 continue
             for sl in random_slices(want.shape, rng, 30):
-                if not test_data.arrays_equal(np.asarray(mm[sl]), np.asarray(want[sl])):
+                if not formats.arrays_equal(np.asarray(mm[sl]), np.asarray(want[sl])):
                     problems.append(f"{where}: mmap slice {sl} differs from tiledbsoma")
                     break
-            if not test_data.arrays_equal(np.array(mm), want):
+            if not formats.arrays_equal(np.array(mm), want):
                 problems.append(f"{where}: the whole memory map differs from tiledbsoma")
             del mm
     fail_if(problems, f"data.npy problems in {store} ({len(nodes)} arrays)")
@@ -1040,7 +1042,7 @@ def test_obs_by_matches_value_filter(store, fixtures_dir, mounted):
         d = mp.joinpath(*node.relpath)
         for f, labels in test_slices.enum_columns(node):
             cd = d / "by" / encode_name(f.name)
-            lp = test_data.Problems(f"{node.display}/by/{encode_name(f.name)}")
+            lp = formats.Problems(f"{node.display}/by/{encode_name(f.name)}")
             shown = test_slices.match_listing(set(os.listdir(cd)), labels, test_slices.label_kind(f), f.nullable, "ls", lp)
             problems += lp.done()
             targets = [(labels[i], False, name) for i, name in shown.items()]
@@ -1049,7 +1051,7 @@ def test_obs_by_matches_value_filter(store, fixtures_dir, mounted):
             for label, is_null, name in targets:
                 n += 1
                 want = test_slices.expected_by(node, f, label, is_null)
-                probs = test_data.Problems(f"{node.display}/by/{encode_name(f.name)}/{name}")
+                probs = formats.Problems(f"{node.display}/by/{encode_name(f.name)}/{name}")
                 test_slices.check_file_against(cd / name / "data.csv", want, probs)
                 problems += probs.done()
     assert n > 0

@@ -35,7 +35,7 @@ import scipy.sparse
 from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
 import tiledbsoma.io
-from conftest import mount_guard
+from harness.mount import mount_guard
 
 N_CELLS = 24_000
 N_GENES = 400

@@ -41,7 +41,7 @@ import pytest
 
 from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
-from conftest import hash_tree, mount_guard
+from harness.mount import hash_tree, mount_guard
 
 STORE = "pbmc"
 SMALL_LIMIT = "1K"  # --materialize-limit below every data file read here: opening does not generate

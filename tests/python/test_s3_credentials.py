@@ -28,7 +28,6 @@ from typing import Callable
 
 import pytest
 
-import test_data as td
 from harness.aws_fakes import (
     ACCOUNT_ID,
     CREDENTIAL_PROCESS,
@@ -42,6 +41,7 @@ from harness.aws_fakes import (
 from harness.fault_proxy import FaultProxy
 from harness.moto_server import REGION
 from harness.s3sfs_server import ACCESS_KEY, SECRET_KEY, S3sFsServer
+from harness import formats
 from test_s3_security import (
     BUCKET,
     STORE,
@@ -258,7 +258,7 @@ def test_each_credential_source_reads_through_the_front(source, store_server, fi
         problems.append(f"requests reached the store without the source's session token: {tokens - issued}")
     elif not src.temporary and tokens != {None}:
         problems.append(f"requests carried a session token with static keys: {tokens}")
-    td.fail_if(problems, f"credentials from {source}")
+    formats.fail_if(problems, f"credentials from {source}")
 
 
 LIFETIME = 30.0  # seconds each set of container credentials is valid
@@ -300,4 +300,4 @@ def test_expiring_credentials_are_refreshed_mid_mount(store_server, fixtures_dir
     if refused:
         problems.append(f"{len(refused)} request(s) were signed with an expired token: {refused[:5]}")
     print(f"\ncontainer credentials issued {issuer.count()} times; {len(after)} requests after the first expiry")
-    td.fail_if(problems, "credentials valid 30 s, read across their expiry")
+    formats.fail_if(problems, "credentials valid 30 s, read across their expiry")

@@ -10,7 +10,7 @@
 - by/<column>/<label>/ holds the rows whose enumerated column holds the label (or is
   null: __null__), equal to tiledbsoma's read(value_filter=...), with its own slices/.
 
-Every file read goes through test_data.read_data_file, which checks the size rules
+Every file read goes through formats.read_data_file, which checks the size rules
 (stat before reading 0 or exact, fstat after open 0 or exact -- exact for .parquet and
 small files --, stat after reading exact). Each test mounts its stores with a small
 --chunk-cells through conftest's mount_guard.
@@ -35,18 +35,11 @@ from harness import data_reference
 from harness import tree_reference
 import tiledb
 import tiledbsoma
-from conftest import lazy_mounts, within
-from harness.data_reference import Ref, RefCol
+from harness.mount import lazy_mounts
+from harness.settings import within
+from harness.data_reference import Ref, RefCol, arrays_of, ref_of
 from harness.tree_reference import encode_name
-from test_data import (
-    Problems,
-    check_delimited,
-    check_jsonl,
-    check_parquet,
-    decode_utf8,
-    fail_if,
-    read_data_file,
-)
+from harness.formats import check_delimited, check_jsonl, check_parquet, decode_utf8, fail_if, Problems, read_data_file
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl")
 # --chunk-cells per store: small enough for several chunks in most arrays.
@@ -56,8 +49,6 @@ ENOENT_SECONDS = 1.0
 CHUNK_RE = re.compile(r"(-?\d+)-(-?\d+)")
 NL = b"\n"
 
-_WALK: dict = {}
-_REFS: dict = {}
 _INFO: dict = {}
 
 
@@ -81,24 +72,11 @@ def chunked(fixtures_dir, soma_mount_bin):
 # reference helpers
 
 
-def arrays_of(fixtures_dir: Path, store: str) -> list:
-    key = (str(fixtures_dir), store)
-    if key not in _WALK:
-        _WALK[key] = [n for n in tree_reference.walk(str(fixtures_dir / store)) if n.is_array]
-    return _WALK[key]
-
-
 def node_named(fixtures_dir: Path, store: str, display: str):
     for n in arrays_of(fixtures_dir, store):
         if n.display == display:
             return n
     raise AssertionError(f"fixture bug: no array {display!r} in {store}")
-
-
-def ref_of(node) -> Ref:
-    if node.uri not in _REFS:
-        _REFS[node.uri] = data_reference.reference(node)
-    return _REFS[node.uri]
 
 
 class Info:

@@ -36,7 +36,7 @@ import scipy.sparse
 
 from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
-from conftest import mount_guard
+from harness.mount import mount_guard
 from test_parts import LIMIT, build_store
 
 TOOL_TIMEOUT = 180  # seconds for one R run

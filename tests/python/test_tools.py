@@ -30,7 +30,8 @@ import pytest
 from harness import data_reference
 from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
-from conftest import wait_until, within
+from harness.mount import wait_until
+from harness.settings import within
 
 STORE = "big"
 REL = Path("X") / "data.csv"
@@ -197,7 +198,7 @@ def size_settles(path: Path, n: int) -> str | None:
 def golden(fixtures_dir, big_ref):
     """`cat X/data.csv` on a fresh mount (fresh cache, the file streamed), checked value
     for value against tiledbsoma. Returns (content, problems)."""
-    from conftest import mount_guard
+    from harness.mount import mount_guard
 
     with mount_guard(fixtures_dir / STORE, *STREAMED, label="golden mount of big") as mp:
         path = Path(mp) / REL

@@ -21,16 +21,10 @@ from pathlib import Path
 import pytest
 
 from harness import tree_reference
-from conftest import (
-    EXIT_TIMEOUT,
-    MOUNT_TIMEOUT,
-    hash_tree,
-    is_mounted,
-    pid_alive,
-    pids_with_arg,
-    unmount,
-    wait_until,
-)
+from harness.mount import hash_tree, is_mounted, unmount, wait_until
+from harness.process import pid_alive, pids_with_arg
+from harness.settings import EXIT_TIMEOUT, MOUNT_TIMEOUT
+from harness.formats import fail_if
 from harness.tree_reference import encode_name, json_equal, load_json_strict
 
 STORES = ["hand", "pbmc", "scene"]
@@ -103,13 +97,6 @@ def read_json(path: Path):
         return load_json_strict(text)
     except ValueError as e:
         raise AssertionError(f"{path} is not valid strict JSON ({e}):\n{text[:2000]}") from None
-
-
-def fail_if(problems: list[str], what: str):
-    if problems:
-        shown = "\n".join(f"  - {p}" for p in problems[:200])
-        more = f"\n  ... and {len(problems) - 200} more" if len(problems) > 200 else ""
-        pytest.fail(f"{len(problems)} {what}:\n{shown}{more}", pytrace=False)
 
 
 def has_clash(node: tree_reference.Node) -> bool:

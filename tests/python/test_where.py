@@ -66,9 +66,10 @@ import test_anndata
 import test_legacy
 import test_slices
 import tiledbsoma
-from conftest import lazy_mounts, mount_guard, within
+from harness.mount import lazy_mounts, mount_guard
+from harness.settings import within
 from harness.data_reference import Ref
-from test_data import Problems, decode_utf8, fail_if, read_data_file
+from harness.formats import decode_utf8, fail_if, Problems, read_data_file
 from test_slices import check_file_against, make_ref, table_values, values_equal
 
 pytestmark = pytest.mark.timeout(300)
@@ -330,7 +331,7 @@ def expected_where(fixtures_dir: Path, q: Q) -> Ref:
     if key in _DF_REFS:
         return _DF_REFS[key]
     node = frame_node(fixtures_dir, q.store, q.frame)
-    whole_ref = test_slices.ref_of(node)
+    whole_ref = data_reference.ref_of(node)
     vf = None if q.filter == "all" else (q.ref or q.filter)
     got = soma_rows(node.uri, vf).select(whole_ref.schema.names)
     if q.negates:
@@ -478,7 +479,7 @@ def test_df_percent_encoding_spelled_out(fixtures_dir, mounts):
 def test_df_equivalent_spellings_give_identical_bytes(store, frame, spellings, fixtures_dir, mounts):
     frame_dir = Path(mounts(store)) / frame
     node = frame_node(fixtures_dir, store, frame)
-    whole_ref = test_slices.ref_of(node)
+    whole_ref = data_reference.ref_of(node)
     # tiledbsoma agrees that they are one query
     rows = [soma_rows(node.uri, s).select(whole_ref.schema.names) for s in spellings]
     for s, r in zip(spellings[1:], rows[1:]):
@@ -686,8 +687,8 @@ def selection(fixtures_dir: Path, store: str, m: str, obs_filter: str, var_filte
     uri = str(fixtures_dir / store)
     obs_node = frame_node(fixtures_dir, store, "obs")
     var_node = frame_node(fixtures_dir, store, f"ms/{m}/var")
-    obs_schema = test_slices.ref_of(obs_node).schema
-    var_schema = test_slices.ref_of(var_node).schema
+    obs_schema = data_reference.ref_of(obs_node).schema
+    var_schema = data_reference.ref_of(var_node).schema
     with tiledbsoma.Experiment.open(uri) as exp:
         layers = sorted(exp.ms[m].X.keys())
         with exp.axis_query(m, obs_query=axis(obs_filter), var_query=axis(var_filter)) as q:
@@ -696,7 +697,7 @@ def selection(fixtures_dir: Path, store: str, m: str, obs_filter: str, var_filte
             xs = {}
             for layer in layers:
                 x_node = frame_node(fixtures_dir, store, f"ms/{m}/X/{tree_reference.encode_name(layer)}")
-                x_schema = test_slices.ref_of(x_node).schema
+                x_schema = data_reference.ref_of(x_node).schema
                 t = sorted_by(q.X(layer).tables().concat(), ["soma_dim_0", "soma_dim_1"]).select(x_schema.names)
                 xs[tree_reference.encode_name(layer)] = make_ref(f"ms/{m}/X/{layer}", "SOMASparseNDArray", t, x_schema)
             with warnings.catch_warnings():
@@ -711,7 +712,7 @@ def selection(fixtures_dir: Path, store: str, m: str, obs_filter: str, var_filte
             f"reference disagreement: obs of {obs_filter!r}"
         )
     for layer, ref in xs.items():
-        whole_x = test_slices.ref_of(frame_node(fixtures_dir, store, f"ms/{m}/X/{layer}")).table
+        whole_x = data_reference.ref_of(frame_node(fixtures_dir, store, f"ms/{m}/X/{layer}")).table
         keep = np.isin(whole_x.column("soma_dim_0").to_numpy(), obs_j)
         keep &= np.isin(whole_x.column("soma_dim_1").to_numpy(), var_j)
         kept = whole_x.filter(pa.array(keep))
@@ -736,10 +737,10 @@ def obsm_refs(fixtures_dir: Path, store: str, m: str, obs_j: np.ndarray) -> dict
     """obsm name -> Ref of its cells whose soma_dim_0 is a selected join id (a dense array:
     every cell of those rows), in the whole array's order."""
     out = {}
-    for node in test_slices.arrays_of(fixtures_dir, store):
+    for node in data_reference.arrays_of(fixtures_dir, store):
         if node.relpath[:3] != ("ms", m, "obsm") or len(node.relpath) != 4:
             continue
-        whole_ref = test_slices.ref_of(node)
+        whole_ref = data_reference.ref_of(node)
         keep = np.isin(whole_ref.table.column("soma_dim_0").to_numpy(), obs_j)
         t = whole_ref.table.filter(pa.array(keep))
         if whole_ref.soma_type == "SOMASparseNDArray" and len(obs_j):
