@@ -46,7 +46,6 @@ import test_slices
 import test_tree
 import tiledb
 import tiledbsoma
-from harness.mount import lazy_mounts
 from harness.tree_reference import encode_name, json_equal, load_json_strict
 from harness import formats
 from harness import data_reference
@@ -76,13 +75,6 @@ def _make_fixtures_module():
         spec.loader.exec_module(mod)
         sys.modules["make_fixtures"] = mod
     return mod
-
-
-@pytest.fixture(scope="module")
-def mounts(fixtures_dir, soma_mount_bin):
-    """mounts(store) -> mountpoint: one daemon per store for this module."""
-    with lazy_mounts(fixtures_dir, lambda store: f"{store} (test_legacy)") as get:
-        yield get
 
 
 _WALK: dict = {}

@@ -66,7 +66,7 @@ import test_anndata
 import test_legacy
 import test_slices
 import tiledbsoma
-from harness.mount import lazy_mounts, mount_guard
+from harness.mount import mount_guard
 from harness.settings import within
 from harness.data_reference import Ref
 from harness.formats import decode_utf8, fail_if, Problems, read_data_file
@@ -123,17 +123,6 @@ def absent(path: Path) -> str | None:
     except OSError as e:
         return f"stat gives {e}, expected ENOENT"
     return "exists"
-
-
-# --------------------------------------------------------------------------------------
-# mounts
-
-
-@pytest.fixture(scope="module")
-def mounts(fixtures_dir, soma_mount_bin):
-    """mounts(store) -> mountpoint: one daemon per store for this module."""
-    with lazy_mounts(fixtures_dir, lambda store: f"{store} (test_where)") as get:
-        yield get
 
 
 # --------------------------------------------------------------------------------------
