@@ -314,7 +314,7 @@ def test_s3_matches_tiledbsoma_reading_s3(store, s3, s3_mounted, fixtures_dir):
     values), after checking that tiledbsoma reads the same metadata from S3."""
     mp = Path(s3_mounted(store))
     ctx = soma_context(s3.tiledb_config())
-    nodes = {n.relpath: n for n in tt.walk_store(fixtures_dir, store)}
+    nodes = {n.relpath: n for n in tree_reference.walk_store(fixtures_dir, store)}
     problems = []
     for rel in [""] + S3_DIRECT[store]:
         node = nodes[tuple(Path(rel).parts)]
@@ -335,7 +335,7 @@ def test_s3_direct_matches_tiledbsoma_reading_s3(s3, fixtures_dir):
     served is the same."""
     store = "pbmc"
     ctx = soma_context(s3.tiledb_config())
-    nodes = {n.relpath: n for n in tt.walk_store(fixtures_dir, store)}
+    nodes = {n.relpath: n for n in tree_reference.walk_store(fixtures_dir, store)}
     problems = []
     with s3_mount(s3, store, "--s3-direct", label="--s3-direct mount") as mp:
         for rel in S3_DIRECT[store]:
@@ -359,7 +359,7 @@ def test_s3_over_https_trusts_the_ca_file_libtiledb_is_given(s3, fixtures_dir, t
     with LatencyProxy(s3.port, tls=context) as proxy:
         tls = {"vfs__s3__endpoint_override": proxy.endpoint, "vfs__s3__scheme": "https",
                "vfs__s3__ca_file": ca_file}
-        nodes = {n.relpath: n for n in tt.walk_store(fixtures_dir, store)}
+        nodes = {n.relpath: n for n in tree_reference.walk_store(fixtures_dir, store)}
         problems = []
         with s3_mount(s3, store, tiledb=tls, label="mount over https") as mp:
             proxy.reset()
@@ -788,7 +788,7 @@ def test_uncached_paths_during_outage(how, fault_server, fixtures_dir):
         )
 
         bring_back(server, how, uploads)
-        nodes = {n.display: n for n in tt.walk_store(fixtures_dir, "pbmc")}
+        nodes = {n.display: n for n in tree_reference.walk_store(fixtures_dir, "pbmc")}
         deadline = time.monotonic() + RECOVER_WITHIN
         while True:
             try:

@@ -140,7 +140,7 @@ def compare_arrays(mp, server: S3sFsServer, fixtures_dir: Path, uri: str, rels, 
     else the server's settings). metadata.json is the local reference's (tree_reference corrects
     tiledbsoma's misreads), as in test_remote.test_s3_matches_tiledbsoma_reading_s3."""
     ctx = soma_context(cfg or server.tiledb_config())
-    nodes = {n.relpath: n for n in tt.walk_store(fixtures_dir, store)}
+    nodes = {n.relpath: n for n in tree_reference.walk_store(fixtures_dir, store)}
     problems: list[str] = []
     for rel in rels:
         node = nodes[tuple(Path(rel).parts)]
@@ -254,7 +254,7 @@ def test_every_object_of_a_store_reads_as_tiledbsoma_reads_it(store_server, fixt
         front_port(mp)
         assert front_credentials_source(mp) == "--config"
         tt.test_group_directories_list_exactly_their_members(STORE, fixtures_dir, lambda store: mp)
-        every_object = ["/".join(n.relpath) for n in tt.walk_store(fixtures_dir, STORE) if n.kind != "broken"]
+        every_object = ["/".join(n.relpath) for n in tree_reference.walk_store(fixtures_dir, STORE) if n.kind != "broken"]
         assert len(every_object) > 30 and "ms/RNA/X/data" in every_object, every_object
         problems = compare_arrays(mp, store_server, fixtures_dir, f"s3://{BUCKET}/{STORE}", every_object)
         assert mp.proc.poll() is None

@@ -64,16 +64,6 @@ REQUIRED_ARRAY_NAMES = {"metadata.json", "schema.json"}
 # helpers
 
 
-_WALK_CACHE: dict = {}
-
-
-def walk_store(fixtures_dir: Path, store: str) -> list[tree_reference.Node]:
-    key = (str(fixtures_dir), store)
-    if key not in _WALK_CACHE:
-        _WALK_CACHE[key] = tree_reference.walk(str(fixtures_dir / store))
-    return _WALK_CACHE[key]
-
-
 def node_path(mp, node: tree_reference.Node) -> Path:
     return Path(mp).joinpath(*node.relpath)
 
@@ -125,7 +115,7 @@ def expect_errno(fn, code) -> str | None:
 @pytest.mark.parametrize("store", STORES)
 def test_group_directories_list_exactly_their_members(store, fixtures_dir, mounted):
     mp = mounted(store)
-    nodes = walk_store(fixtures_dir, store)
+    nodes = tree_reference.walk_store(fixtures_dir, store)
     by_relpath = {n.relpath: n for n in nodes}
     problems = []
     assert nodes[0].kind in ("soma_group", "soma_array"), nodes[0]
@@ -206,7 +196,7 @@ def test_member_named_like_a_generated_file_wins(mounted):
 
 
 def test_lone_array_mounts_as_array_directory(fixtures_dir, mount):
-    node = next(n for n in walk_store(fixtures_dir, "hand") if n.relpath == ("obs",))
+    node = next(n for n in tree_reference.walk_store(fixtures_dir, "hand") if n.relpath == ("obs",))
     for uri in (fixtures_dir / "hand" / "obs", "file://" + str(fixtures_dir / "hand" / "obs")):
         with mount(uri) as mp:
             listing = set(os.listdir(mp))
@@ -226,7 +216,7 @@ def test_metadata_json_matches_tiledbsoma(store, fixtures_dir, mounted):
     mp = mounted(store)
     problems = []
     checked = 0
-    for node in walk_store(fixtures_dir, store):
+    for node in tree_reference.walk_store(fixtures_dir, store):
         if node.kind == "broken" or has_clash(node):
             continue
         path = node_path(mp, node) / "metadata.json"
@@ -321,7 +311,7 @@ def test_schema_json_matches_tiledbsoma(store, fixtures_dir, mounted):
     mp = mounted(store)
     problems = []
     checked = 0
-    for node in walk_store(fixtures_dir, store):
+    for node in tree_reference.walk_store(fixtures_dir, store):
         if not node.is_array:
             continue
         path = node_path(mp, node) / "schema.json"
@@ -358,7 +348,7 @@ def test_schema_json_matches_tiledbsoma(store, fixtures_dir, mounted):
 
 def test_broken_member_shows_error_txt(fixtures_dir, mounted):
     mp = Path(mounted("hand"))
-    broken = [n for n in walk_store(fixtures_dir, "hand") if n.kind == "broken"]
+    broken = [n for n in tree_reference.walk_store(fixtures_dir, "hand") if n.kind == "broken"]
     assert [n.member_name for n in broken] == ["gone"], "fixture should have exactly one broken member"
     d = node_path(mp, broken[0])
     assert d.is_dir(), f"{d} should be a directory"

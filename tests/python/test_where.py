@@ -60,10 +60,8 @@ import pyarrow.compute as pc
 import pytest
 import scipy.sparse as sp
 
-from harness import data_reference
-from harness import tree_reference
+from harness import data_reference, tenx, tree_reference
 import test_anndata
-import test_legacy
 import test_slices
 import tiledbsoma
 from harness.mount import mount_guard
@@ -743,16 +741,16 @@ def obsm_refs(fixtures_dir: Path, store: str, m: str, obs_j: np.ndarray) -> dict
     return out
 
 
-def tenx_expected(layer: test_legacy.Layer, obs_j: np.ndarray, var_j: np.ndarray, xref: Ref) -> test_legacy.TenX:
+def tenx_expected(layer: tenx.Layer, obs_j: np.ndarray, var_j: np.ndarray, xref: Ref) -> tenx.TenX:
     """The 10x directory of the selected cells and genes: barcodes and features in join-id
-    order, X's cells mapped to their ranks (as test_legacy.tenx_reference does)."""
+    order, X's cells mapped to their ranks (as tenx.tenx_reference does)."""
     if len(obs_j):
-        oj, barcodes, _ = test_legacy.ids_of(layer.obs_node.uri, test_legacy.OBS_ID_COLS, joinids=obs_j)
+        oj, barcodes, _ = tenx.ids_of(layer.obs_node.uri, tenx.OBS_ID_COLS, joinids=obs_j)
     else:
         oj, barcodes = obs_j, []
     if len(var_j):
-        vj, fids, fnames = test_legacy.ids_of(
-            layer.var_uri, test_legacy.VAR_ID_COLS, test_legacy.VAR_NAME_COLS, joinids=var_j
+        vj, fids, fnames = tenx.ids_of(
+            layer.var_uri, tenx.VAR_ID_COLS, tenx.VAR_NAME_COLS, joinids=var_j
         )
     else:
         vj, fids, fnames = var_j, [], []
@@ -763,7 +761,7 @@ def tenx_expected(layer: test_legacy.Layer, obs_j: np.ndarray, var_j: np.ndarray
     X = sp.csr_matrix((v, (np.searchsorted(obs_j, r), np.searchsorted(var_j, c))),
                       shape=(len(obs_j), len(var_j)), dtype=layer.np_dtype)
     X.sort_indices()
-    return test_legacy.TenX(obs_j, barcodes, var_j, fids, fnames, X)
+    return tenx.TenX(obs_j, barcodes, var_j, fids, fnames, X)
 
 
 _WHOLE_ADATA: dict = {}
@@ -819,7 +817,7 @@ def check_array_dir(d: Path, ref: Ref, probs: Problems):
 
 
 def tenx_layers_of(fixtures_dir: Path, store: str, m: str) -> list:
-    return [layer for layer in test_legacy.tenx_layers(fixtures_dir, store) if layer.relpath[:2] == ("ms", m)]
+    return [layer for layer in tenx.tenx_layers(fixtures_dir, store) if layer.relpath[:2] == ("ms", m)]
 
 
 # --------------------------------------------------------------------------------------
@@ -875,7 +873,7 @@ def test_exp_where_x_and_obsm(case, fixtures_dir, mounts):
 @pytest.mark.parametrize("case", EXP_CASES, ids=str)
 def test_exp_where_10x(case, fixtures_dir, mounts):
     """ms/<m>/10x/<layer>/: matrix.mtx, barcodes.tsv, features.tsv and genes.tsv of the
-    selected cells and every gene (test_legacy's strict checks)."""
+    selected cells and every gene (harness.tenx's strict checks)."""
     mp = Path(mounts(case.store))
     base = require_experiment_where(mp) / encode_filter(case.obs_filter)
     problems = []
@@ -884,7 +882,7 @@ def test_exp_where_10x(case, fixtures_dir, mounts):
         for layer in tenx_layers_of(fixtures_dir, case.store, m):
             ref = tenx_expected(layer, sel.obs_j, sel.var_j, sel.X[layer.relpath[3]])
             where = f"where/{encode_filter(case.obs_filter)}/{layer.display}"
-            problems += test_legacy.check_tenx_dir(base.joinpath(*layer.relpath), ref, layer, where)
+            problems += tenx.check_tenx_dir(base.joinpath(*layer.relpath), ref, layer, where)
     fail_if(problems, f"10x problems with {case}")
 
 
@@ -924,7 +922,7 @@ def test_exp_where_var_filter(case, fixtures_dir, mounts):
         problems += probs.done()
         for layer in tenx_layers_of(fixtures_dir, case.store, m):
             ref = tenx_expected(layer, sel.obs_j, sel.var_j, sel.X[layer.relpath[3]])
-            problems += test_legacy.check_tenx_dir(d / "10x" / layer.relpath[3], ref, layer, f"{where}/10x/{layer.relpath[3]}")
+            problems += tenx.check_tenx_dir(d / "10x" / layer.relpath[3], ref, layer, f"{where}/10x/{layer.relpath[3]}")
         fail_if(problems, f"problems with {case} / {m}: {vf!r}")
         path = d / "anndata.h5ad"
         probs = Problems(where)
@@ -948,7 +946,7 @@ def test_exp_where_all_is_the_whole_experiment(store, fixtures_dir, mounts):
             layers = sorted(exp.ms[m].X.keys())
         pairs += [(f"ms/{m}/X/{tree_reference.encode_name(x)}", n) for x in layers for n in DATA_FILES]
         pairs += [("/".join(layer.relpath), n) for layer in tenx_layers_of(fixtures_dir, store, m)
-                  for n in sorted(test_legacy.TENX_FILES)]
+                  for n in sorted(tenx.TENX_FILES)]
     differ = [f"{rel}/{n}" for rel, n in pairs if (w / "all" / rel / n).read_bytes() != (mp / rel / n).read_bytes()]
     assert not differ, f"where/all/ files that differ from the experiment's own: {differ}"
 
