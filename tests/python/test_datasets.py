@@ -7,7 +7,7 @@ Spark, pyarrow.dataset, Dask, polars and DuckDB read such a directory, or a glob
 polars and Spark drop the files whose size is 0 when they expand a glob or list a directory,
 data.table's fread, tar and Seurat's Read10X take sizes from `stat`: every listed file must
 report its exact size at its first stat. So every test here mounts a store FRESH (its own
-daemon and cache, through conftest's mount_guard; never a session mount), and the reader under
+daemon and cache, through harness.mount's mount_guard; never a session mount), and the reader under
 test is the first to stat the files it reads (or second only to a `cat` of one chunk).
 
 1. Datasets (big's X cut into 20+ chunks; pbmc's X and obs, each with --chunk-cells set so the

@@ -4,7 +4,7 @@ Each case is one seed. random_store.build_store writes a random store with that 
 (DataFrames with 1 to 3 index columns of every index type and awkward domains, sparse
 and partly written dense ND arrays, odd tile extents, capacities and orders, several
 fragments, overwrites, deletes, resized domains, enumerations, NaN, infinities, text
-that needs quoting; see random_store.py), mounts it once with conftest's mount_guard (a
+that needs quoting; see random_store.py), mounts it once with harness.mount's mount_guard (a
 random --chunk-cells; data files generated whole on open, with or without
 --exact-sizes, or streamed past a tiny --materialize-limit) and checks it against
 tiledbsoma and the contract (docs/REFERENCE.md):

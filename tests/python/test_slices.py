@@ -13,7 +13,7 @@
 Every file read goes through formats.read_data_file, which checks the size rules
 (stat before reading 0 or exact, fstat after open 0 or exact -- exact for .parquet and
 small files --, stat after reading exact). Each test mounts its stores with a small
---chunk-cells through conftest's mount_guard.
+--chunk-cells through harness.mount's mount_guard.
 
 Run: .venv/bin/python -m pytest tests/python/test_slices.py -q
 """

@@ -78,7 +78,7 @@ DATA_FILES = tuple(f"data.{fmt}" for fmt in FORMATS)
 # format, with the frame's schema.json").
 WHERE_FILES = {*DATA_FILES, "schema.json"}
 # A bad filter's directory, its error.txt or a file it does not hold answers within this
-# (with conftest's margin): nothing hangs.
+# (with harness.settings' margin): nothing hangs.
 ANSWER_SECONDS = 5.0
 
 
