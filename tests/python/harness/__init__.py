@@ -10,6 +10,7 @@ One module a concern:
 - `tree_reference`: what a mounted tree must hold (members, metadata, schemas), read with
   tiledbsoma and tiledb-py;
 - `data_reference`: the rows and value texts a data file must hold, read with tiledbsoma;
+- `tenx`: the 10x directories' reference, read with tiledbsoma, and their strict parsing;
 - `formats`: reading served files (CSV, TSV, JSON Lines, Parquet, npy) and checking them
   against a `data_reference.Ref`, problem by problem;
 - `random_store`: random SOMA stores for the differential test;
