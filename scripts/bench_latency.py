@@ -1,12 +1,12 @@
 """soma-mount against tiledbsoma over an object store with latency: `scripts/bench --latency`.
 
-A local S3 server (moto, tests/python/s3server.py) holds two stores:
+A local S3 server (moto, tests/python/harness/moto_server.py) holds two stores:
 - pbmc, the test fixture: one fragment per array, an experiment five levels deep;
-- appended, the benchmark's experiment (bench-data/experiment, built by scripts/bench.py):
+- appended, the benchmark's experiment (bench-data/experiment, built by scripts/bench_common.py):
   X is 100,000 x 20,000 with 25 million cells written in 10 fragments, as a store grown by
   appends is.
 
-A proxy on 127.0.0.1 in front of the server (tests/python/s3proxy.py) holds each request N
+A proxy on 127.0.0.1 in front of the server (tests/python/harness/latency_proxy.py) holds each request N
 ms, and counts requests and rounds (the longest chain of requests each sent after the one
 before it was answered). At each N (0, 20 and 50 ms by default) every task runs on both
 sides, each on a fresh mount with an empty cache and in a fresh Python interpreter with
@@ -27,120 +27,27 @@ tiledbsoma already imported, the sides taking turns, best of `--tries`:
 A mount's time counts its start: from the daemon's launch (the root opened before it
 mounts) to the command's end; its requests and rounds are counted from its launch to its
 unmount, so what it opens ahead of the command is counted too. A Python side opens the
-store's root, then the member the mount's path reaches; its time, requests and rounds are
-the task's, after the import.
+store's root, then the member the mount's path reaches (bench_tasks.latency_task); its
+time, requests and rounds are the task's, after the import.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "python"))
+from bench_common import REPO, build, fresh_mount
+from harness.latency_proxy import LatencyProxy
+from harness.moto_server import S3Server, config_args
 
-from s3proxy import LatencyProxy  # noqa: E402 -- the tests' helpers
-from s3server import S3Server, config_args  # noqa: E402
-
-BIN = Path(os.environ.get("SOMA_MOUNT_BIN") or REPO / "target" / "release" / "soma-mount")
+BENCH_TASKS = Path(__file__).resolve().parent / "bench_tasks.py"
 BUCKET = "bench"
-MOUNT_TIMEOUT = 60.0
 TASK_TIMEOUT = 300.0
 QUERY = "louvain in ['1', '2']"
-
-# The Python side of each task: a fresh interpreter imports everything, says "ready", waits
-# for a line on stdin, runs the task, and prints its seconds.
-CHILD = r"""
-import io, json, os, sys, tempfile, time
-import pyarrow as pa, pyarrow.csv as pacsv, pyarrow.parquet as pq
-import tiledbsoma
-cfg, task, uri, path, arg = json.loads(sys.argv[1])
-ctx = tiledbsoma.SOMATileDBContext(tiledb_config=cfg)
-
-def walk(obj):
-    n = len(dict(obj.metadata))
-    if obj.soma_type in ("SOMACollection", "SOMAExperiment", "SOMAMeasurement", "SOMAScene"):
-        for key in obj:
-            with obj[key] as member:
-                n += walk(member)
-    return n
-
-def run():
-    with tiledbsoma.open(uri, context=ctx) as root:
-        if task == "ls -R":
-            walk(root)
-            return
-        a = root
-        for key in path:
-            a = a[key]
-        if task == "obs csv":
-            pacsv.write_csv(a.read().concat(), io.BytesIO())
-        elif task == "var parquet":
-            pq.write_table(a.read().concat(), io.BytesIO())
-        elif task == "head X":
-            a.read(coords=(0,)).tables().concat()
-        elif task in ("query X", "query h5ad"):
-            obs_query = tiledbsoma.AxisQuery(value_filter=arg)
-            with a.axis_query("RNA", obs_query=obs_query) as q:
-                if task == "query X":
-                    pacsv.write_csv(q.X("data").tables().concat(), io.BytesIO())
-                else:
-                    out = tempfile.mkdtemp()
-                    q.to_anndata(X_name="data").write_h5ad(os.path.join(out, "q.h5ad"))
-        elif task == "X slice":
-            t = a.read(coords=(slice(arg[0], arg[1]),)).tables().concat()
-            pacsv.write_csv(t, io.BytesIO())
-        else:
-            raise SystemExit("unknown task " + task)
-
-print("ready", flush=True)
-sys.stdin.readline()
-t = time.perf_counter()
-run()
-print(time.perf_counter() - t, flush=True)
-"""
-
-
-class Mount:
-    """A fresh mount of `uri` with an empty cache; always unmounted."""
-
-    def __init__(self, uri: str, *args: str):
-        self.dir = Path(tempfile.mkdtemp(prefix="soma-bench-mnt-"))
-        self.cache = Path(tempfile.mkdtemp(prefix="soma-bench-cache-"))
-        self.proc = subprocess.Popen(
-            [str(BIN), "-f", uri, str(self.dir), "--cache-dir", str(self.cache), *args],
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + MOUNT_TIMEOUT
-        while not os.path.ismount(self.dir):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError("soma-mount did not mount")
-            time.sleep(0.002)
-
-    def close(self) -> None:
-        if os.path.ismount(self.dir):
-            subprocess.run(["umount", str(self.dir)], check=False)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            subprocess.run(["umount", "-l", str(self.dir)], check=False, stderr=subprocess.DEVNULL)
-        shutil.rmtree(self.cache, ignore_errors=True)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def mount_side(proxy: LatencyProxy, uri: str, cfg: dict, command: list[str]) -> tuple[float, int, int]:
@@ -148,8 +55,8 @@ def mount_side(proxy: LatencyProxy, uri: str, cfg: dict, command: list[str]) -> 
     it) on it, from the daemon's launch to the command's end."""
     proxy.reset()
     t = time.perf_counter()
-    with Mount(uri, *config_args(cfg)) as m:
-        argv = [a.replace("{mnt}", str(m.dir)) for a in command]
+    with fresh_mount(uri, *config_args(cfg)) as m:
+        argv = [a.replace("{mnt}", str(m)) for a in command]
         subprocess.run(argv, stdout=subprocess.DEVNULL, check=True, timeout=TASK_TIMEOUT)
         secs = time.perf_counter() - t
     return secs, proxy.count(), proxy.rounds()
@@ -161,7 +68,7 @@ def python_side(proxy: LatencyProxy, cfg: dict, task: str, uri: str, path: list,
     import json
 
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, json.dumps([cfg, task, uri, path, arg])],
+        [sys.executable, str(BENCH_TASKS), "latency", json.dumps([cfg, task, uri, path, arg])],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -187,8 +94,8 @@ def python_side(proxy: LatencyProxy, cfg: dict, task: str, uri: str, path: list,
 def first_slice(proxy_cfg: dict, uri: str, x: str) -> tuple[str, tuple[int, int]]:
     """The first chunk listed in `<x>/slices/csv/` of the store at `uri`, and the rows it
     holds (its name's first and last)."""
-    with Mount(uri, *config_args(proxy_cfg)) as m:
-        names = os.listdir(m.dir / x / "slices" / "csv")
+    with fresh_mount(uri, *config_args(proxy_cfg)) as m:
+        names = os.listdir(Path(m) / x / "slices" / "csv")
     name = min(names, key=lambda p: int(p.split("-")[0]))
     lo, hi = name.removesuffix(".csv").split("-")
     return name, (int(lo), int(hi))
@@ -267,8 +174,6 @@ def main(argv: list[str]) -> int:
     fixtures = Path(args.fixtures)
     if not (fixtures / "pbmc").exists():
         subprocess.run([sys.executable, str(REPO / "scripts" / "make-fixtures.py"), str(fixtures)], check=True)
-    from bench import build  # the benchmark's experiment, built once
-
     appended = build(Path(args.data))
     only = {t.strip() for t in args.only.split(",") if t.strip()} or None
     return run([float(d) for d in args.delays.split(",")], args.tries, fixtures, appended, only)

@@ -34,13 +34,14 @@ import numpy as np
 import pyarrow as pa
 import tiledbsoma
 
-import bench
-from bench import Mount, cat, python_run, timed
+import bench_tasks
+from bench_common import REPO, cat, fresh_mount, run_fresh, timed
+from bench_tasks import py_h5ad, py_walk, py_x_csv
 
 SCALE_OBS, SCALE_VAR, SCALE_PER_CELL = 1_000_000, 4_000, 256
 SCALE_VERSION = "1"  # bump to rebuild
 CELLS_PER_PIECE = 50_000  # X is appended in pieces of this many cells (rows): 20 fragments
-QUERY = bench.QUERY  # about a tenth of the cells
+QUERY = bench_tasks.QUERY  # about a tenth of the cells
 LAZY_ROWS = (500_000, 500_100)
 CATEGORIES = {
     "cell_type": ["B", "T", "NK", "Mono", "DC", "Plasma", "pDC", "Platelet"],
@@ -79,7 +80,7 @@ def build_scale(root: Path) -> Path:
             "var_id": pa.array([f"gene_{i:05d}" for i in range(SCALE_VAR)], pa.large_string()),
         }
     )
-    # Every object first, then the writes (as bench.build: an enumeration written in the
+    # Every object first, then the writes (as bench_common.build: an enumeration written in the
     # millisecond of its schema loses its labels in tiledbsoma 2.3.0).
     with tiledbsoma.Experiment.create(str(uri)) as exp:
         exp.add_new_dataframe("obs", schema=obs.schema, domain=[(0, SCALE_OBS - 1)])
@@ -108,32 +109,8 @@ def build_scale(root: Path) -> Path:
     return uri
 
 
-# The Python side of each task: functions of this module, run in a fresh interpreter.
-
-
-def py_walk(uri: str) -> None:
-    """Opens every object of the experiment, as a walk of its tree with tiledbsoma."""
-
-    def walk(obj) -> int:
-        n = 1
-        if isinstance(obj, tiledbsoma.Collection):
-            for key in obj:
-                n += walk(obj[key])
-        return n
-
-    with tiledbsoma.open(uri) as root:
-        walk(root)
-
-
-def py_x_csv(uri: str, out: str) -> None:
-    bench.python_csv(uri, Path(out))
-
-
-def py_h5ad(uri: str, out: str) -> None:
-    import tiledbsoma.io
-
-    with tiledbsoma.Experiment.open(uri) as exp:
-        tiledbsoma.io.to_anndata(exp, measurement_name="RNA", X_layer_name="data").write_h5ad(out)
+# The mount's side of the tasks (their Python side: functions of bench_tasks.py, each run in a
+# fresh interpreter).
 
 
 def lazy_rows(store: Path) -> None:
@@ -156,7 +133,7 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(description="soma-mount's scale benchmark")
     parser.add_argument(
-        "--data", default=str(bench.REPO / "bench-data-scale"), help="where to build the store"
+        "--data", default=str(REPO / "bench-data-scale"), help="where to build the store"
     )
     args = parser.parse_args(argv)
     uri = build_scale(Path(args.data))
@@ -172,17 +149,17 @@ def main(argv: list[str]) -> int:
         (
             "query h5ad",
             lambda d: cat(d / "where" / QUERY / "anndata" / "RNA.h5ad"),
-            (bench.query_h5ad, (uri, scratch / "q.h5ad")),
+            (bench_tasks.query_h5ad, (uri, scratch / "q.h5ad")),
         ),
-        ("lazy 100 rows", lambda d: lazy_rows(d / "anndata" / "RNA.zarr"), (bench.query_rows, (uri, *LAZY_ROWS))),
+        ("lazy 100 rows", lambda d: lazy_rows(d / "anndata" / "RNA.zarr"), (bench_tasks.query_rows, (uri, *LAZY_ROWS))),
     ]
     results = []
     try:
         for name, task, ref in tasks:
-            with Mount(uri) as m:
-                t_mount = timed(lambda: task(m.dir))
+            with fresh_mount(uri) as m:
+                t_mount = timed(lambda: task(Path(m)))
                 peak_mount = m.peak_rss_mb()
-            t_ref, peak_ref = python_run(*ref) if ref else (None, None)
+            t_ref, peak_ref = run_fresh(*ref) if ref else (None, None)
             for f in scratch.iterdir():
                 f.unlink()
             results.append((name, t_mount, peak_mount, t_ref, peak_ref))

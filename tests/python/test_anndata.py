@@ -24,7 +24,6 @@ Run: .venv/bin/python -m pytest tests/python/test_anndata.py -q
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import shutil
@@ -42,7 +41,7 @@ import scipy.sparse as sp
 
 import tiledbsoma
 import tiledbsoma.io
-from conftest import mount_guard
+from harness.mount import mount_guard
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -61,21 +60,6 @@ CATEGORIES = [
     ("hand", "", "RNA", "lane", "-4", -4),
     ("v1", "", "RNA", "phase", "__null__", None),
 ]
-
-
-@pytest.fixture(scope="module")
-def mounts(fixtures_dir, soma_mount_bin):
-    """mounts(store) -> mountpoint: one daemon per store for this module."""
-    stack = contextlib.ExitStack()
-    paths: dict[str, str] = {}
-
-    def get(store: str) -> str:
-        if store not in paths:
-            paths[store] = stack.enter_context(mount_guard(fixtures_dir / store, label=f"anndata {store}"))
-        return paths[store]
-
-    with stack:
-        yield get
 
 
 def read_quietly(path) -> anndata.AnnData:

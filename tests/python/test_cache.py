@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from test_data import Problems, arrays_of, check_delimited, fail_if, ref_of
+from harness.formats import check_delimited, fail_if, Problems
+from harness.data_reference import arrays_of, ref_of
 
 pytestmark = pytest.mark.timeout(300)
 

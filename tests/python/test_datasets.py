@@ -7,7 +7,7 @@ Spark, pyarrow.dataset, Dask, polars and DuckDB read such a directory, or a glob
 polars and Spark drop the files whose size is 0 when they expand a glob or list a directory,
 data.table's fread, tar and Seurat's Read10X take sizes from `stat`: every listed file must
 report its exact size at its first stat. So every test here mounts a store FRESH (its own
-daemon and cache, through conftest's mount_guard; never a session mount), and the reader under
+daemon and cache, through harness.mount's mount_guard; never a session mount), and the reader under
 test is the first to stat the files it reads (or second only to a `cat` of one chunk).
 
 1. Datasets (big's X cut into 20+ chunks; pbmc's X and obs, each with --chunk-cells set so the
@@ -59,10 +59,11 @@ import pyarrow.json
 import pyarrow.parquet as pq
 import pytest
 
-import dataref
-import somaref
+from harness import data_reference
+from harness import tree_reference
 import tiledbsoma
-from conftest import mount_guard, within
+from harness.mount import mount_guard
+from harness.settings import within
 from test_readers import r_has, run
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl")
@@ -111,7 +112,7 @@ class Summary:
 
 @dataclass
 class Expected:
-    ref: dataref.Ref  # tiledbsoma's whole read
+    ref: data_reference.Ref  # tiledbsoma's whole read
     summary: Summary
     float_abs: float  # sum of |float column|, the scale of the float tolerance
 
@@ -123,15 +124,15 @@ class Expected:
 _EXPECTED: dict = {}
 
 
-def soma_node(fixtures_dir: Path, store: str, array: str) -> somaref.Node:
-    """The somaref.Node of the array at member path `array` of `store`, found through
+def soma_node(fixtures_dir: Path, store: str, array: str) -> tree_reference.Node:
+    """The tree_reference.Node of the array at member path `array` of `store`, found through
     tiledbsoma's members."""
     uri = str(fixtures_dir / store)
     for name in array.split("/"):
         with tiledbsoma.open(uri) as group:
-            uri = somaref._soma_members(group)[name]
+            uri = tree_reference._soma_members(group)[name]
     parts = tuple(array.split("/"))
-    return somaref.Node(uri=uri, relpath=parts, member_name=parts[-1], kind="soma_array")
+    return tree_reference.Node(uri=uri, relpath=parts, member_name=parts[-1], kind="soma_array")
 
 
 def summarize_arrow(t: pa.Table, target: Target) -> Summary:
@@ -147,7 +148,7 @@ def expected_of(fixtures_dir: Path, name: str) -> Expected:
     key = (str(fixtures_dir), name)
     if key not in _EXPECTED:
         t = TARGETS[name]
-        ref = dataref.reference(soma_node(fixtures_dir, t.store, t.array))
+        ref = data_reference.reference(soma_node(fixtures_dir, t.store, t.array))
         f = pc.cast(ref.table.column(t.float_col), pa.float64())
         _EXPECTED[key] = Expected(ref, summarize_arrow(ref.table, t), float(pc.sum(pc.abs(f)).as_py() or 0.0))
     return _EXPECTED[key]
@@ -538,7 +539,7 @@ def test_named_slices_still_open(target, fixtures_dir, soma_mount_bin):
     problems = []
     with mount_guard(fixtures_dir / t.store, "--chunk-cells", want.chunk_cells) as mp:
         d = Path(mp) / t.array / "slices"
-        for name, (lo, hi) in named_slices(want.ref.soma_type in somaref.ND_TYPES):
+        for name, (lo, hi) in named_slices(want.ref.soma_type in tree_reference.ND_TYPES):
             fmt = name.rsplit(".", 1)[1]
             try:
                 data = (d / name).read_bytes()

@@ -1,10 +1,10 @@
 """Differential test: random SOMA stores, mounted through real FUSE, against tiledbsoma.
 
-Each case is one seed. randstore.build_store writes a random store with that seed
+Each case is one seed. random_store.build_store writes a random store with that seed
 (DataFrames with 1 to 3 index columns of every index type and awkward domains, sparse
 and partly written dense ND arrays, odd tile extents, capacities and orders, several
 fragments, overwrites, deletes, resized domains, enumerations, NaN, infinities, text
-that needs quoting; see randstore.py), mounts it once with conftest's mount_guard (a
+that needs quoting; see random_store.py), mounts it once with harness.mount's mount_guard (a
 random --chunk-cells; data files generated whole on open, with or without
 --exact-sizes, or streamed past a tiny --materialize-limit) and checks it against
 tiledbsoma and the contract (docs/REFERENCE.md):
@@ -25,8 +25,8 @@ tiledbsoma and the contract (docs/REFERENCE.md):
 - by/<column>/ lists every label of an enumerated column, and a few labels' files
   hold what tiledbsoma's read(value_filter=...) returns.
 
-The comparisons are test_data's, test_slices' and test_tree's (built on dataref.py
-and somaref.py); this file generates the cases. A failure names its seed and lists
+The comparisons are test_data's, test_slices' and test_tree's (built on data_reference.py
+and tree_reference.py); this file generates the cases. A failure names its seed and lists
 every difference after a one-line description of each array of the store.
 
 Environment:
@@ -37,7 +37,7 @@ Environment:
 
 Run:    .venv/bin/python -m pytest tests/python/test_differential.py -q
 Replay: SOMA_DIFF_SEEDS=17 .venv/bin/python -m pytest tests/python/test_differential.py
-By hand: .venv/bin/python tests/python/randstore.py 17 /tmp/s17 && soma-mount /tmp/s17 /mnt/s17
+By hand: .venv/bin/python tests/python/random_store.py 17 /tmp/s17 && soma-mount /tmp/s17 /mnt/s17
 """
 
 from __future__ import annotations
@@ -53,11 +53,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-import randstore
-import somaref
+from harness import random_store
+from harness import tree_reference
 import tiledb
-from conftest import mount_guard
-from test_data import Problems, arrays_equal, fail_if
+from harness.mount import mount_guard
+from harness.data_reference import ref_of
+from harness.formats import Problems, arrays_equal, fail_if
 from test_slices import (
     FORMATS,
     _in_spec,
@@ -72,7 +73,6 @@ from test_slices import (
     list_slices,
     make_ref,
     match_listing,
-    ref_of,
     slice_name,
 )
 from test_tree import _compare_schema, read_json
@@ -106,9 +106,9 @@ def ensure_alive(mp, after):
 # the tree and schema.json
 
 
-def check_root_listing(mp, root: somaref.Node) -> list[str]:
+def check_root_listing(mp, root: tree_reference.Node) -> list[str]:
     """Every member listed once, under a name of its own, next to metadata.json."""
-    shown = {name: somaref.encode_name(name) for name in root.members}
+    shown = {name: tree_reference.encode_name(name) for name in root.members}
     problems = []
     if len(set(shown.values())) != len(shown):
         problems.append(f"members {sorted(shown)} do not get distinct names: {shown}")
@@ -137,7 +137,7 @@ def check_array_listing(d: Path, ref, enums: list, probs: Problems):
 
 
 def check_schema_json(node, d: Path, probs: Problems):
-    want = somaref.expected_schema(node.uri)
+    want = tree_reference.expected_schema(node.uri)
     if want["cell_count"] is not None:
         # REFERENCE.md: the sum of the fragments' cell counts (tiledbsoma's count dedups).
         want["cell_count"] = sum(tiledb.array_fragments(node.uri).cell_num)
@@ -357,7 +357,7 @@ def check_by(mp, node, d: Path, enums: list, rng: random.Random, probs: Problems
     """ls by/<column> against the enumeration; a few labels' data files (and
     __null__'s) against tiledbsoma's read(value_filter=...)."""
     for f, labels in enums:
-        cd = d / "by" / somaref.encode_name(f.name)
+        cd = d / "by" / tree_reference.encode_name(f.name)
         try:
             names = os.listdir(cd)
         except OSError as e:
@@ -415,8 +415,8 @@ def mount_options(rng: random.Random) -> list[str]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", seeds(), ids=lambda s: f"seed{s}")
 def test_random_store_matches_tiledbsoma(seed, tmp_path, soma_mount_bin):
-    store = randstore.build_store(str(tmp_path / "store"), seed)
-    nodes = somaref.walk(store.uri)
+    store = random_store.build_store(str(tmp_path / "store"), seed)
+    nodes = tree_reference.walk(store.uri)
     options = mount_options(random.Random(seed))
     problems = []
     with mount_guard(store.uri, *options, label=f"random store, seed {seed}") as mp:

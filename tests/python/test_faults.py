@@ -20,7 +20,9 @@ import pytest
 import tiledb
 import tiledbsoma
 
-from conftest import EXIT_TIMEOUT, is_mounted, wait_until
+from harness.mount import is_mounted, wait_until
+from harness.process import rss_mb, thread_count
+from harness.settings import EXIT_TIMEOUT
 
 
 def _small_df(uri: str, n: int = 50) -> None:
@@ -164,17 +166,6 @@ def _all_at_once(calls: list, what: str) -> list:
     return results
 
 
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _threads(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/task"))
-
-
 @pytest.mark.timeout(300)
 def test_sixteen_concurrent_readers(fixtures_dir, mount):
     """16 readers over the same and different files, sequential and random offsets, for a
@@ -220,7 +211,7 @@ def test_sixteen_concurrent_readers(fixtures_dir, mount):
                         for offset, part in _read_random(paths[kind], len(ref[kind]), rng, 10):
                             if part != ref[kind][offset : offset + len(part)]:
                                 errors.append(f"reader {i}: {kind} bytes differ at {offset}")
-                    peak[0] = max(peak[0], _rss_mb(mp.proc.pid))
+                    peak[0] = max(peak[0], rss_mb(mp.proc.pid))
             except Exception as e:  # noqa: BLE001 -- every failure is reported
                 errors.append(f"reader {i}: {e!r}")
 
@@ -276,7 +267,7 @@ def test_readers_killed_mid_file_free_their_work(fixtures_dir, mount):
     with mount(fixtures_dir / "big", "--materialize-limit", "0") as mp:
         path = Path(mp) / "X" / "data.csv"
         os.listdir(Path(mp) / "X")
-        baseline = _threads(mp.proc.pid)
+        baseline = thread_count(mp.proc.pid)
         readers = []
         for _ in range(6):
             p = subprocess.Popen(["sh", "-c", f"head -c 100000 '{path}' > /dev/null; sleep 30"])
@@ -289,8 +280,8 @@ def test_readers_killed_mid_file_free_their_work(fixtures_dir, mount):
             p.wait(EXIT_TIMEOUT)
         subprocess.run(["pkill", "-f", f"cat {path}"], check=False)
         # The generators behind the closed files stop; the daemon's threads go back down.
-        assert wait_until(lambda: _threads(mp.proc.pid) <= baseline + 2, 20), (
-            f"threads: {_threads(mp.proc.pid)}, baseline {baseline}"
+        assert wait_until(lambda: thread_count(mp.proc.pid) <= baseline + 2, 20), (
+            f"threads: {thread_count(mp.proc.pid)}, baseline {baseline}"
         )
         # And it still serves the whole file correctly.
         assert path.read_bytes().count(b"\n") > 1000

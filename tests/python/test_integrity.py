@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet
 import pytest
 
-import somaref  # noqa: F401  (quiet tiledbsoma warnings)
+from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
-from conftest import mount_guard, wait_until
+from harness.mount import mount_guard, wait_until
 
 SMALL_LIMIT = "1K"  # below every data file read here: opening streams it
 

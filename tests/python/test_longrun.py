@@ -60,16 +60,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import dataref
-import somaref
-import test_data as td
+from harness import data_reference
+from harness import tree_reference
 import test_remote as tr
 import test_slices as ts
 import test_tree as tt
-from conftest import binary_path, mount_guard, wait_until, within
-from s3server import S3Server, config_args
-from somaref import json_equal, load_json_strict
-from test_faults import _rss_mb, _threads
+from harness.mount import mount_guard, wait_until
+from harness.settings import binary_path, within
+from harness.moto_server import S3Server, config_args
+from harness.tree_reference import json_equal, load_json_strict
+from harness.process import rss_mb, thread_count
+from harness import formats
 
 import tiledbsoma
 
@@ -265,7 +266,7 @@ class Snapshot:
     written_at: float  # time.monotonic() once tiledbsoma's writes of this state returned
     tables: dict  # array name -> pa.Table as tiledbsoma reads it (row-major, schema order)
     metadata: dict  # array name -> metadata as tiledbsoma reads it (normalized)
-    schema_json: dict  # array name -> the schema.json it implies (somaref.expected_schema_of)
+    schema_json: dict  # array name -> the schema.json it implies (tree_reference.expected_schema_of)
 
 
 class LiveStore:
@@ -305,7 +306,7 @@ class LiveStore:
             with tiledbsoma.open(f"{self.uri}/{name}") as obj:
                 tables[name] = tr.soma_ref(name, obj).table
                 md[name] = tr.normalized_metadata(obj)
-                sj[name] = somaref.expected_schema_of(obj, False)
+                sj[name] = tree_reference.expected_schema_of(obj, False)
                 self.schemas[name] = obj.schema
                 self.soma_types[name] = obj.soma_type
         assert tables["obs"].num_rows == hi, f"tiledbsoma reads {tables['obs'].num_rows} obs rows after append {k}"
@@ -387,7 +388,7 @@ def _filtered(spec: Spec, snap: Snapshot) -> pa.Table:
         v = t.column("soma_dim_1").to_numpy()
         mask &= (v >= spec.cols[0]) & (v <= spec.cols[1])
     if spec.label is not None:
-        mask &= np.array([x == spec.label for x in dataref.canonical_values(t.column("cat"))], bool)
+        mask &= np.array([x == spec.label for x in data_reference.canonical_values(t.column("cat"))], bool)
     return t.filter(pa.array(mask))
 
 
@@ -404,21 +405,21 @@ def content_rows(spec: Spec, data: bytes) -> int | None:
 
 def check_data(ref, spec: Spec, data: bytes) -> list[str]:
     """test_data's checks of one file's content against a reference."""
-    probs = td.Problems(spec.rel)
+    probs = formats.Problems(spec.rel)
     if spec.fmt == "parquet":
         try:
-            t = dataref.read_parquet_bytes(data)
+            t = data_reference.read_parquet_bytes(data)
         except Exception as e:  # noqa: BLE001
             probs.add(f"pyarrow cannot read it: {type(e).__name__}: {e}")
         else:
-            td.check_parquet(ref, t, probs)
+            formats.check_parquet(ref, t, probs)
     else:
-        text = td.decode_utf8(data, spec.rel, probs)
+        text = formats.decode_utf8(data, spec.rel, probs)
         if text is not None:
             if spec.fmt == "jsonl":
-                td.check_jsonl(ref, text, probs)
+                formats.check_jsonl(ref, text, probs)
             else:
-                td.check_delimited(ref, text, spec.fmt, probs)
+                formats.check_delimited(ref, text, spec.fmt, probs)
     return probs.done()
 
 
@@ -660,9 +661,9 @@ class SoakRun:
             st = self.status() or {}
             s = {
                 "t": self.now(),
-                "rss": round(_rss_mb(pid), 1),
+                "rss": round(rss_mb(pid), 1),
                 "fds": open_fds(pid),
-                "threads": _threads(pid),
+                "threads": thread_count(pid),
                 "inodes": st.get("inodes"),
                 "open_handles": st.get("open_handles"),
                 "in_use_mb": round(st["memory"]["in_use_bytes"] / MiB, 1) if "memory" in st else None,
@@ -867,7 +868,7 @@ def test_soak_appends_under_readers(tmp_path, mount):
             problems.append(f"too little was done: {n_reads} reads, {run.stats_done} stats, {run.walks} walks")
         if run.status_error:
             problems.append(f"the status file could not be read: {run.status_error}")
-        td.fail_if(problems, "soak problems")
+        formats.fail_if(problems, "soak problems")
 
 
 @pytest.mark.timeout(180)
@@ -892,7 +893,7 @@ def test_a_fragment_committed_after_an_open_is_not_in_its_snapshot(tmp_path, mou
         ks, data_problems = matching_snapshots(store, spec, (Path(mp) / spec.rel).read_bytes(), len(store.snapshots))
         if ks != [opened.k]:
             problems += [f"X/data.csv shows states {ks}, not {opened.k}"] + data_problems
-        td.fail_if(problems, "problems with a fragment committed after an open")
+        formats.fail_if(problems, "problems with a fragment committed after an open")
 
 
 # --------------------------------------------------------------------------------------
@@ -923,7 +924,7 @@ def test_forget_releases_inodes_after_drop_caches(fixtures_dir, mount):
         d = Path(mp) / "X" / "slices"
         os.listdir(d)
         start = read_status(mp)["inodes"]
-        rss0 = _rss_mb(pid)
+        rss0 = rss_mb(pid)
         print(f"\nforget: start: {start} inodes, RSS {rss0:.1f} MB")
         after_rss = []
         for r in range(FORGET_ROUNDS):
@@ -933,7 +934,7 @@ def test_forget_releases_inodes_after_drop_caches(fixtures_dir, mount):
                 os.stat(d / f"{i}-{i}.csv")
             stat_s = time.monotonic() - t0
             grown = read_status(mp)["inodes"]
-            rss_full = _rss_mb(pid)
+            rss_full = rss_mb(pid)
             assert grown - before >= 0.95 * FORGET_NAMES, (
                 f"round {r}: {FORGET_NAMES} distinct names stat'ed, but the daemon's inodes went {before} -> {grown}"
             )
@@ -947,7 +948,7 @@ def test_forget_releases_inodes_after_drop_caches(fixtures_dir, mount):
 
             ok = wait_until(back, within(5.0), 0.25)
             took = time.monotonic() - t1
-            rss = _rss_mb(pid)
+            rss = rss_mb(pid)
             after_rss.append(rss)
             print(
                 f"forget round {r}: {stat_s:.1f}s of stats, inodes {before} -> {grown} -> {counts[-1]}"
@@ -963,10 +964,10 @@ def test_forget_releases_inodes_after_drop_caches(fixtures_dir, mount):
         )
         assert max(after_rss) <= rss0 + FORGET_RSS_MB, f"RSS {max(after_rss):.1f} MB, {rss0:.1f} MB at the start"
         # A forgotten name is looked up again and serves tiledbsoma's rows.
-        probs = td.Problems("X/slices after forget")
+        probs = formats.Problems("X/slices after forget")
         for a, b in ((7, 7), (123_456, 123_460), (199_990, 199_999)):
             ts.check_file_against(d / f"{a}-{b}.csv", ts.expected_slice(node, [(a, b)]), probs)
-        td.fail_if(probs.done(), "problems reading forgotten slice names")
+        formats.fail_if(probs.done(), "problems reading forgotten slice names")
         assert mp.proc.poll() is None
 
 
@@ -1134,14 +1135,14 @@ def test_slow_generations_never_block_ls_and_stat(fixtures_dir):
                     continue
                 node = ts.node_named(fixtures_dir, "pbmc", a)
                 spec = Spec(f"{a}/{f}", a, "data", f.rsplit(".", 1)[1])
-                ref = ts.expected_slice(node, [(0, 9)]) if f.startswith("slices/") else ts.ref_of(node)
+                ref = ts.expected_slice(node, [(0, 9)]) if f.startswith("slices/") else data_reference.ref_of(node)
                 problems += check_data(ref, spec, got)
             if not wait_until(
                 lambda: not (st := read_status(mp))["generations"]["running"] and st["generations"]["waiting"] == 0,
                 within(5.0),
             ):
                 problems.append(f"generations left in status after every reader finished: {read_status(mp)['generations']}")
-            td.fail_if(problems, "problems with a frozen, then resumed, S3 server")
+            formats.fail_if(problems, "problems with a frozen, then resumed, S3 server")
     finally:
         server.close()
 
@@ -1207,7 +1208,7 @@ def test_memory_budget_bounds_sixteen_streaming_readers(fixtures_dir, mount):
         s0 = read_status(mp)
         assert_status_shape(s0, "the status file")
         assert s0["memory"]["budget_bytes"] == BUDGET_BYTES, f"--max-memory {BUDGET}: budget_bytes is {s0['memory']}"
-        base_rss = _rss_mb(pid)
+        base_rss = rss_mb(pid)
         results: dict = {}
         start = threading.Barrier(len(BIG_FILES))
 
@@ -1225,9 +1226,9 @@ def test_memory_budget_bounds_sixteen_streaming_readers(fixtures_dir, mount):
             while not done.is_set():
                 try:
                     st = read_status(mp)
-                    samples.append((_rss_mb(pid), st["memory"]["in_use_bytes"], st["memory"]["waiting"]))
+                    samples.append((rss_mb(pid), st["memory"]["in_use_bytes"], st["memory"]["waiting"]))
                 except Exception as e:  # noqa: BLE001
-                    samples.append((_rss_mb(pid), repr(e), None))
+                    samples.append((rss_mb(pid), repr(e), None))
                 done.wait(0.2)
 
         threads = [threading.Thread(target=reader, args=(rel,), daemon=True) for rel in BIG_FILES]
@@ -1274,7 +1275,7 @@ def test_memory_budget_bounds_sixteen_streaming_readers(fixtures_dir, mount):
             problems.append(
                 f"the daemon's peak RSS {hwm:.0f} MB > {base_rss:.0f} MB before + {BUDGET} budget + {RSS_MARGIN_MB:.0f} MB"
             )
-        td.fail_if(problems, f"problems under --max-memory {BUDGET}")
+        formats.fail_if(problems, f"problems under --max-memory {BUDGET}")
         assert mp.proc.poll() is None
 
 
@@ -1354,7 +1355,7 @@ def test_status_during_a_generation(fixtures_dir, mount):
                 chunk = os.read(fd, MiB - len(head))
                 assert chunk, f"{rel} ended after {len(head)} bytes"
                 head += chunk
-            line0 = dataref.load_json_line(head.split(b"\n", 1)[0].decode())
+            line0 = data_reference.load_json_line(head.split(b"\n", 1)[0].decode())
             assert [(k, float(v) if k == "soma_data" else int(v)) for k, v in line0] == want, (
                 f"first line of {rel}: {line0}, tiledbsoma reads {want}"
             )

@@ -32,10 +32,10 @@ import pandas as pd
 import pytest
 import scipy.sparse
 
-import somaref  # noqa: F401  (quiet tiledbsoma warnings)
+from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
 import tiledbsoma.io
-from conftest import mount_guard
+from harness.mount import mount_guard
 
 N_CELLS = 24_000
 N_GENES = 400

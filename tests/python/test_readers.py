@@ -39,9 +39,9 @@ import pyarrow.compute as pc
 import pyarrow.csv
 import pytest
 
-import somaref  # noqa: F401  (quiet tiledbsoma warnings)
+from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
-from conftest import hash_tree, mount_guard
+from harness.mount import hash_tree, mount_guard
 
 STORE = "pbmc"
 SMALL_LIMIT = "1K"  # --materialize-limit below every data file read here: opening does not generate

@@ -2,7 +2,7 @@
 "Stores in object storage", "Time travel").
 
 1. Content over S3: the fixture stores are uploaded to a local S3-compatible server
-   (moto's server mode, see s3server.py) and mounted as s3://bucket/<store> with
+   (moto's server mode, see harness/moto_server.py) and mounted as s3://bucket/<store> with
    --config; the listings, metadata.json, schema.json and data files must be what the
    local tests expect (the same checks as test_tree.py / test_data.py, against the
    local copy), and what tiledbsoma reads from the s3:// URI itself.
@@ -41,15 +41,17 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import dataref
-import somaref
+from harness import data_reference
+from harness import tree_reference
 import test_data as td
 import test_tree as tt
-from conftest import is_mounted, mount_guard, wait_until, within
-from dataref import Ref, RefCol
-from s3proxy import LatencyProxy, kind_of, tls_server_context
-from s3server import S3Server, config_args, soma_context
-from somaref import json_equal, load_json_strict
+from harness.mount import is_mounted, mount_guard, wait_until
+from harness.settings import within
+from harness.data_reference import Ref, RefCol
+from harness.latency_proxy import LatencyProxy, kind_of, tls_server_context
+from harness.moto_server import S3Server, config_args, soma_context
+from harness.tree_reference import json_equal, load_json_strict
+from harness import formats
 
 import tiledbsoma
 
@@ -111,11 +113,11 @@ def read_json_file(path):
 
 
 def normalized_metadata(obj) -> dict:
-    return {k: somaref.norm_value(v) for k, v in obj.metadata.items()}
+    return {k: tree_reference.norm_value(v) for k, v in obj.metadata.items()}
 
 
 def soma_ref(display: str, obj) -> Ref:
-    """dataref.Ref of an open tiledbsoma DataFrame or SparseNDArray (at whatever
+    """data_reference.Ref of an open tiledbsoma DataFrame or SparseNDArray (at whatever
     timestamp and context it was opened with)."""
     st = obj.soma_type
     schema = obj.schema
@@ -126,7 +128,7 @@ def soma_ref(display: str, obj) -> Ref:
     else:
         raise TypeError(f"soma_ref: {st} not handled")
     table = table.select(schema.names)
-    cols = [RefCol(f.name, f.type, f.nullable, dataref.kind_of(f.type), dataref.ts_unit(f.type), table) for f in schema]
+    cols = [RefCol(f.name, f.type, f.nullable, data_reference.kind_of(f.type), data_reference.ts_unit(f.type), table) for f in schema]
     return Ref(display, st, table, schema, cols, None, False)
 
 
@@ -143,21 +145,21 @@ def stored_cells(uri: str, T: int | None, cfg: dict | None = None) -> int:
     return n
 
 
-def check_csv_and_parquet(ref: Ref, d: Path, probs: td.Problems):
+def check_csv_and_parquet(ref: Ref, d: Path, probs: formats.Problems):
     """data.csv and data.parquet of array directory d against ref (test_data's checks)."""
-    data = td.read_data_file(d / "data.csv", probs)
+    data = formats.read_data_file(d / "data.csv", probs)
     if data is not None:
-        text = td.decode_utf8(data, "data.csv", probs)
+        text = formats.decode_utf8(data, "data.csv", probs)
         if text is not None:
-            td.check_delimited(ref, text, "csv", probs)
-    data = td.read_data_file(d / "data.parquet", probs)
+            formats.check_delimited(ref, text, "csv", probs)
+    data = formats.read_data_file(d / "data.parquet", probs)
     if data is not None:
         try:
-            t = dataref.read_parquet_bytes(data)
+            t = data_reference.read_parquet_bytes(data)
         except Exception as e:  # noqa: BLE001
             probs.add(f"data.parquet unreadable: {type(e).__name__}: {e}")
         else:
-            td.check_parquet(ref, t, probs)
+            formats.check_parquet(ref, t, probs)
 
 
 def check_soma_object(
@@ -183,11 +185,11 @@ def check_soma_object(
     except (OSError, ValueError) as e:
         problems.append(f"{display}/schema.json: {e}")
     else:
-        exp = somaref.expected_schema_of(obj, obj.soma_type == "SOMASparseNDArray" and obj.nnz == 0)
+        exp = tree_reference.expected_schema_of(obj, obj.soma_type == "SOMASparseNDArray" and obj.nnz == 0)
         if also_cell_count is not None and isinstance(sch, dict) and sch.get("cell_count") == also_cell_count:
             exp["cell_count"] = also_cell_count
         problems += tt._compare_schema(display, sch, exp)
-    probs = td.Problems(display)
+    probs = formats.Problems(display)
     check_csv_and_parquet(soma_ref(display, obj), mp_dir, probs)
     problems += probs.done()
 
@@ -308,15 +310,15 @@ def test_s3_matches_tiledbsoma_reading_s3(store, s3, s3_mounted, fixtures_dir):
     """schema.json, data.csv and data.parquet equal what tiledbsoma reads from
     s3://somabucket/<store>/<array> with a SOMATileDBContext configured like the daemon
     (so the upload and the reference are checked too). metadata.json is compared with
-    the local reference (somaref corrects tiledbsoma's misreads with tiledb-py's raw
+    the local reference (tree_reference corrects tiledbsoma's misreads with tiledb-py's raw
     values), after checking that tiledbsoma reads the same metadata from S3."""
     mp = Path(s3_mounted(store))
     ctx = soma_context(s3.tiledb_config())
-    nodes = {n.relpath: n for n in tt.walk_store(fixtures_dir, store)}
+    nodes = {n.relpath: n for n in tree_reference.walk_store(fixtures_dir, store)}
     problems = []
     for rel in [""] + S3_DIRECT[store]:
         node = nodes[tuple(Path(rel).parts)]
-        expected_md = somaref.expected_metadata(node)
+        expected_md = tree_reference.expected_metadata(node)
         with tiledbsoma.open(f"s3://{BUCKET}/{store}/{rel}".rstrip("/"), context=ctx) as obj:
             via_s3 = normalized_metadata(obj)
             broken = {k for k, v in expected_md.items() if v == []}  # tiledbsoma misreads these
@@ -324,7 +326,7 @@ def test_s3_matches_tiledbsoma_reading_s3(store, s3, s3_mounted, fixtures_dir):
                 if not json_equal(via_s3.get(k), expected_md.get(k)):
                     problems.append(f"{store}/{rel}: tiledbsoma reads {k!r}={via_s3.get(k)!r} from S3, {expected_md.get(k)!r} locally")
             check_soma_object(mp / rel, f"{store}/{rel}", obj, problems, expected_md=expected_md)
-    td.fail_if(problems, f"differences from tiledbsoma reading s3://{BUCKET}/{store}")
+    formats.fail_if(problems, f"differences from tiledbsoma reading s3://{BUCKET}/{store}")
 
 
 @pytest.mark.timeout(300)
@@ -333,15 +335,15 @@ def test_s3_direct_matches_tiledbsoma_reading_s3(s3, fixtures_dir):
     served is the same."""
     store = "pbmc"
     ctx = soma_context(s3.tiledb_config())
-    nodes = {n.relpath: n for n in tt.walk_store(fixtures_dir, store)}
+    nodes = {n.relpath: n for n in tree_reference.walk_store(fixtures_dir, store)}
     problems = []
     with s3_mount(s3, store, "--s3-direct", label="--s3-direct mount") as mp:
         for rel in S3_DIRECT[store]:
             node = nodes[tuple(Path(rel).parts)]
             with tiledbsoma.open(f"s3://{BUCKET}/{store}/{rel}", context=ctx) as obj:
                 check_soma_object(Path(mp) / rel, f"{store}/{rel}", obj, problems,
-                                  expected_md=somaref.expected_metadata(node))
-    td.fail_if(problems, "differences from tiledbsoma with --s3-direct")
+                                  expected_md=tree_reference.expected_metadata(node))
+    formats.fail_if(problems, "differences from tiledbsoma with --s3-direct")
 
 
 @pytest.mark.timeout(300)
@@ -357,7 +359,7 @@ def test_s3_over_https_trusts_the_ca_file_libtiledb_is_given(s3, fixtures_dir, t
     with LatencyProxy(s3.port, tls=context) as proxy:
         tls = {"vfs__s3__endpoint_override": proxy.endpoint, "vfs__s3__scheme": "https",
                "vfs__s3__ca_file": ca_file}
-        nodes = {n.relpath: n for n in tt.walk_store(fixtures_dir, store)}
+        nodes = {n.relpath: n for n in tree_reference.walk_store(fixtures_dir, store)}
         problems = []
         with s3_mount(s3, store, tiledb=tls, label="mount over https") as mp:
             proxy.reset()
@@ -365,12 +367,12 @@ def test_s3_over_https_trusts_the_ca_file_libtiledb_is_given(s3, fixtures_dir, t
                 node = nodes[tuple(Path(rel).parts)]
                 with tiledbsoma.open(f"s3://{BUCKET}/{store}/{rel}", context=ctx) as obj:
                     check_soma_object(Path(mp) / rel, f"{store}/{rel}", obj, problems,
-                                      expected_md=somaref.expected_metadata(node))
+                                      expected_md=tree_reference.expected_metadata(node))
             whole_listings = [
                 t for m, t in proxy.requests()
                 if kind_of(m, t) == "LIST" and "delimiter" not in urllib.parse.parse_qs(urllib.parse.urlsplit(t).query)
             ]
-        td.fail_if(problems, "differences from tiledbsoma over https")
+        formats.fail_if(problems, "differences from tiledbsoma over https")
         assert whole_listings, "no listing of the front's reached the store: the front stood aside"
 
 
@@ -409,7 +411,7 @@ def test_s3_lone_array_mount(s3, fixtures_dir, mount):
         problems = []
         with tiledbsoma.open(uri, context=ctx) as obj:
             check_soma_object(Path(mp), "obs", obj, problems)
-        td.fail_if(problems, "lone S3 array mount problems")
+        formats.fail_if(problems, "lone S3 array mount problems")
 
 
 def test_s3_credentials_from_environment(s3, fixtures_dir, soma_mount_bin):
@@ -786,7 +788,7 @@ def test_uncached_paths_during_outage(how, fault_server, fixtures_dir):
         )
 
         bring_back(server, how, uploads)
-        nodes = {n.display: n for n in tt.walk_store(fixtures_dir, "pbmc")}
+        nodes = {n.display: n for n in tree_reference.walk_store(fixtures_dir, "pbmc")}
         deadline = time.monotonic() + RECOVER_WITHIN
         while True:
             try:
@@ -798,20 +800,20 @@ def test_uncached_paths_during_outage(how, fault_server, fixtures_dir):
                 time.sleep(0.5)
         recovered_after = RECOVER_WITHIN - (deadline - time.monotonic())
         print(f"recovered after {recovered_after:.1f} s")
-        problems = tt._compare_schema("obs", got, somaref.expected_schema(nodes["obs"].uri))
+        problems = tt._compare_schema("obs", got, tree_reference.expected_schema(nodes["obs"].uri))
         md = read_json_file(root / "ms" / "RNA" / "var" / "metadata.json")
-        if not json_equal(md, somaref.expected_metadata(nodes["ms/RNA/var"])):
+        if not json_equal(md, tree_reference.expected_metadata(nodes["ms/RNA/var"])):
             problems.append(f"ms/RNA/var/metadata.json after recovery: {md}")
-        probs = td.Problems("ms/RNA/X/data")
-        blob = td.read_data_file(root / "ms" / "RNA" / "X" / "data" / "data.csv", probs)
+        probs = formats.Problems("ms/RNA/X/data")
+        blob = formats.read_data_file(root / "ms" / "RNA" / "X" / "data" / "data.csv", probs)
         if blob is not None:
-            td.check_delimited(td.ref_of(nodes["ms/RNA/X/data"]), blob.decode(), "csv", probs)
+            formats.check_delimited(data_reference.ref_of(nodes["ms/RNA/X/data"]), blob.decode(), "csv", probs)
         problems += probs.done()
         listing = set(os.listdir(root / "ms" / "RNA"))
         if not {"X", "var", "metadata.json"} <= listing:
             problems.append(f"ms/RNA lists {sorted(listing)} after recovery")
         assert mp.proc.poll() is None
-        td.fail_if(problems, "problems after the server came back")
+        formats.fail_if(problems, "problems after the server came back")
 
 
 @pytest.mark.parametrize("mode", ["foreground", "daemon"])
@@ -957,7 +959,7 @@ TIMESTAMP_CASES = [
 def test_timestamp_mount_matches_tiledbsoma(spec, T, tt_store, mount):
     with mount(tt_store, "--timestamp", spec) as mp:
         problems = check_time_travel_mount(mp, tt_store, T)
-    td.fail_if(problems, f"differences from tiledbsoma at tiledb_timestamp={T} (--timestamp {spec})")
+    formats.fail_if(problems, f"differences from tiledbsoma at tiledb_timestamp={T} (--timestamp {spec})")
 
 
 def test_timestamp_mount_spelled_out(tt_store, mount):
@@ -1067,7 +1069,7 @@ def test_consolidated_arrays_show_what_tiledbsoma_reads(tmp_path, mount):
                 cells = read_json_file(Path(mp) / name / "schema.json")["cell_count"]
                 if not cells == count == 3 * CONSOLIDATED_ROWS * (1 if name == "df" else 2):
                     problems.append(f"{step}: {name}/schema.json cell_count is {cells}; tiledbsoma counts {count}")
-    td.fail_if(problems, "consolidated arrays")
+    formats.fail_if(problems, "consolidated arrays")
 
 
 def test_timestamp_mounts_sharing_a_cache_dir(tt_store, tmp_path):
@@ -1081,7 +1083,7 @@ def test_timestamp_mounts_sharing_a_cache_dir(tt_store, tmp_path):
         args = ["--cache-dir", str(cache)] + (["--timestamp", spec] if spec else [])
         with mount_guard(tt_store, *args) as mp:
             problems += [f"--timestamp {spec}: {p}" for p in check_time_travel_mount(mp, tt_store, T)]
-    td.fail_if(problems, "stale data across timestamps with a shared cache dir")
+    formats.fail_if(problems, "stale data across timestamps with a shared cache dir")
 
 
 @pytest.mark.timeout(180)
@@ -1096,7 +1098,7 @@ def test_timestamp_over_s3(s3, tmp_path, mount):
         args = config_args(s3.tiledb_config()) + (["--timestamp", spec] if spec else [])
         with mount(uri, *args) as mp:
             problems += [f"--timestamp {spec}: {p}" for p in check_time_travel_mount(mp, uri, T, s3.tiledb_config())]
-    td.fail_if(problems, "time travel over S3")
+    formats.fail_if(problems, "time travel over S3")
 
 
 @pytest.mark.timeout(180)
@@ -1151,7 +1153,7 @@ def test_appends_show_after_ttl_and_nothing_stale(backend, tmp_path, request, mo
         before_csv = (root / "df" / "data.csv").read_bytes()
         before_parquet = (root / "df" / "data.parquet").read_bytes()
         assert before_csv.count(b"\n") == 21
-        td.fail_if(problems, "before the append")
+        formats.fail_if(problems, "before the append")
 
         # append rows + metadata changes
         with tiledbsoma.open(f"{uri}/df", "w", **kw) as df:
@@ -1172,7 +1174,7 @@ def test_appends_show_after_ttl_and_nothing_stale(backend, tmp_path, request, mo
             problems.append("data.csv after the append is byte for byte the one from before (stale)")
         if (root / "df" / "data.parquet").read_bytes() == before_parquet:
             problems.append("data.parquet after the append is the one from before (stale)")
-        td.fail_if(problems, f"{WAIT} s after appending rows")
+        formats.fail_if(problems, f"{WAIT} s after appending rows")
 
         # overwrite: same number of rows, same text length
         with tiledbsoma.open(f"{uri}/df", "w", **kw) as df:
@@ -1190,4 +1192,4 @@ def test_appends_show_after_ttl_and_nothing_stale(backend, tmp_path, request, mo
             problems.append(f"data.csv row 0 after the overwrite is {text.splitlines()[1]!r}, expected 0,z-0,0.0")
         if st not in (0, len(text.encode())):
             problems.append(f"stat says {st} bytes, content is {len(text.encode())}")
-        td.fail_if(problems, f"{WAIT} s after overwriting a row")
+        formats.fail_if(problems, f"{WAIT} s after overwriting a row")

@@ -1,7 +1,7 @@
 """Requests to the object store (fewer round trips over S3).
 
-The pbmc fixture is served by a local S3 server (s3server.py) through a counting proxy
-(s3proxy.py). A fresh mount lists `obs/`, or reads `obs/data.csv`; every request the daemon
+The pbmc fixture is served by a local S3 server (harness/moto_server.py) through a counting proxy
+(harness/latency_proxy.py). A fresh mount lists `obs/`, or reads `obs/data.csv`; every request the daemon
 sends, from its start until it has been idle for a while (so what it opens ahead of the
 look is counted too), is counted against what tiledbsoma sends for the same thing, from a
 fresh context: the experiment and obs opened, their metadata read (a listing), or
@@ -65,12 +65,12 @@ import anndata
 import h5py
 import pytest
 
-import test_data as td
 import test_remote as tr
-from s3proxy import LatencyProxy, key_of, kind_of
-from s3server import S3Server, config_args, soma_context
-import somaref
-from somaref import json_equal
+from harness.latency_proxy import LatencyProxy, key_of, kind_of
+from harness.moto_server import S3Server, config_args, soma_context
+from harness import tree_reference
+from harness.tree_reference import json_equal
+from harness import formats
 
 import tiledbsoma
 
@@ -142,7 +142,7 @@ def test_a_listing_costs_at_most_a_margin_over_tiledbsoma(counted, mount):
         kinds = proxy.summary()
 
     def look(exp):
-        return {k: somaref.norm_value(v) for k, v in exp.obs.metadata.items()}
+        return {k: tree_reference.norm_value(v) for k, v in exp.obs.metadata.items()}
 
     reference, metadata = tiledbsoma_count(proxy, cfg, look)
     summary = report("ls obs/ and its metadata.json", requests, kinds, reference)
@@ -156,9 +156,9 @@ def test_a_listing_costs_at_most_a_margin_over_tiledbsoma(counted, mount):
 def test_a_file_costs_at_most_a_margin_over_tiledbsoma(counted, mount):
     _server, proxy, cfg = counted
     proxy.reset()
-    probs = td.Problems("obs")
+    probs = formats.Problems("obs")
     with mount(f"s3://{BUCKET}/{STORE}", *config_args(cfg)) as mountpoint:
-        data = td.read_data_file(Path(mountpoint) / "obs" / "data.csv", probs)
+        data = formats.read_data_file(Path(mountpoint) / "obs" / "data.csv", probs)
         requests = settled_count(proxy)
         kinds = proxy.summary()
 
@@ -169,9 +169,9 @@ def test_a_file_costs_at_most_a_margin_over_tiledbsoma(counted, mount):
     summary = report("cat obs/data.csv", requests, kinds, reference)
     print(summary)
     if data is not None:
-        text = td.decode_utf8(data, "data.csv", probs)
+        text = formats.decode_utf8(data, "data.csv", probs)
         if text is not None:
-            td.check_delimited(ref, text, "csv", probs)
+            formats.check_delimited(ref, text, "csv", probs)
     problems = probs.done()
     assert not problems, "\n".join(problems)
     assert requests <= FILE_RATIO * reference, summary
@@ -273,7 +273,7 @@ def appended(counted, tmp_path_factory) -> str:
 @pytest.mark.timeout(300)
 def test_an_array_of_many_fragments_opens_in_half_the_rounds_of_tiledbsoma(counted, appended, mount):
     _server, proxy, cfg = counted
-    probs = td.Problems("X")
+    probs = formats.Problems("X")
     try:
         proxy.set_delay(APPENDED_DELAY_MS)
         proxy.reset()
@@ -284,7 +284,7 @@ def test_an_array_of_many_fragments_opens_in_half_the_rounds_of_tiledbsoma(count
             requests = settled_count(proxy)
             rounds, kinds = proxy.rounds(), proxy.summary()
             proxy.set_delay(0)
-            whole = td.read_data_file(data, probs)
+            whole = formats.read_data_file(data, probs)
 
         proxy.set_delay(APPENDED_DELAY_MS)
         proxy.reset()
@@ -301,9 +301,9 @@ def test_an_array_of_many_fragments_opens_in_half_the_rounds_of_tiledbsoma(count
                f"tiledbsoma {reference} in {reference_rounds}")
     print(summary)
     if whole is not None:
-        text = td.decode_utf8(whole, "data.csv", probs)
+        text = formats.decode_utf8(whole, "data.csv", probs)
         if text is not None:
-            td.check_delimited(ref, text, "csv", probs)
+            formats.check_delimited(ref, text, "csv", probs)
             lines = text.splitlines(keepends=True)[:5]
             if [line.decode() for line in head] != lines:
                 probs.add(f"head -n 5 read {head}, the whole file starts {lines}")
@@ -419,9 +419,9 @@ def test_a_group_opened_on_a_second_mount_reads_only_listings_and_tiles(counted,
     again = [(m, key_of(t)) for m, t in seen[1] if read_on_open(m, t)]
     assert not again, f"the second mount read again: {again}"
     assert texts[0] == texts[1]
-    probs = td.Problems("obs")
+    probs = formats.Problems("obs")
     with tiledbsoma.open(f"s3://{BUCKET}/{STORE}", context=soma_context(cfg)) as exp:
         ref = tr.soma_ref("obs", exp.obs)
-    td.check_delimited(ref, td.decode_utf8(texts[1], "data.csv", probs), "csv", probs)
+    formats.check_delimited(ref, formats.decode_utf8(texts[1], "data.csv", probs), "csv", probs)
     problems = probs.done()
     assert not problems, "\n".join(problems)

@@ -3,12 +3,12 @@ fresh before they expire (docs/REFERENCE.md "The S3 front", "Keys").
 
 Each source is set up as a user's machine would have it (settings, environment, shared
 config and credentials files in a HOME of the test's, SSO's token cache), its service faked
-on 127.0.0.1 (awsfakes.py: STS, the SSO portal, the container endpoint, instance metadata),
+on 127.0.0.1 (harness/aws_fakes.py: STS, the SSO portal, the container endpoint, instance metadata),
 every fake handing out the keys of the test's s3s-fs server (which verifies every
-signature, s3sfs.py) with a session token of its own. The mount, through the front, must
+signature, harness/s3sfs_server.py) with a session token of its own. The mount, through the front, must
 read pbmc's obs as tiledbsoma reads it from the same server, the daemon must log which
 source it used (`s3 front: credentials from SOURCE`), the fake must have been asked, and
-every request reaching the store (through faultproxy.py) must carry the session token the
+every request reaching the store (through harness/fault_proxy.py) must carry the session token the
 source handed out. Credentials valid 30 s are refreshed before they expire: the proxy
 answers ExpiredToken, as S3 does, to a request signed with an expired token, and files read
 after the first expiry are still tiledbsoma's.
@@ -28,8 +28,7 @@ from typing import Callable
 
 import pytest
 
-import test_data as td
-from awsfakes import (
+from harness.aws_fakes import (
     ACCOUNT_ID,
     CREDENTIAL_PROCESS,
     CredentialIssuer,
@@ -39,9 +38,10 @@ from awsfakes import (
     SsoPortal,
     write_sso_token_cache,
 )
-from faultproxy import FaultProxy
-from s3server import REGION
-from s3sfs import ACCESS_KEY, SECRET_KEY, S3sFsServer
+from harness.fault_proxy import FaultProxy
+from harness.moto_server import REGION
+from harness.s3sfs_server import ACCESS_KEY, SECRET_KEY, S3sFsServer
+from harness import formats
 from test_s3_security import (
     BUCKET,
     STORE,
@@ -258,7 +258,7 @@ def test_each_credential_source_reads_through_the_front(source, store_server, fi
         problems.append(f"requests reached the store without the source's session token: {tokens - issued}")
     elif not src.temporary and tokens != {None}:
         problems.append(f"requests carried a session token with static keys: {tokens}")
-    td.fail_if(problems, f"credentials from {source}")
+    formats.fail_if(problems, f"credentials from {source}")
 
 
 LIFETIME = 30.0  # seconds each set of container credentials is valid
@@ -300,4 +300,4 @@ def test_expiring_credentials_are_refreshed_mid_mount(store_server, fixtures_dir
     if refused:
         problems.append(f"{len(refused)} request(s) were signed with an expired token: {refused[:5]}")
     print(f"\ncontainer credentials issued {issuer.count()} times; {len(after)} requests after the first expiry")
-    td.fail_if(problems, "credentials valid 30 s, read across their expiry")
+    formats.fail_if(problems, "credentials valid 30 s, read across their expiry")

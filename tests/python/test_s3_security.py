@@ -3,7 +3,7 @@ process would attack it (docs/REFERENCE.md "The S3 front"; docs/SEMANTICS.md "Se
 
 Every mount here is of an `s3://` URI without `--s3-direct`, so libtiledb's requests go
 through the front, which signs them again with the user's keys; the store is s3s-fs
-(s3sfs.py), which refuses any request whose SigV4 signature is not right. Expectations come
+(harness/s3sfs_server.py), which refuses any request whose SigV4 signature is not right. Expectations come
 from tiledbsoma reading the same S3 URIs (test_remote.py's comparisons) and from the contract
 of the issue:
 
@@ -12,7 +12,7 @@ of the issue:
    in their names; path-style and virtual-hosted addressing (names in /etc/hosts made by
    the test), an endpoint with its scheme; an array whose listings span more than one page
    of 1,000 keys.
-2. Faults between the front and the store (faultproxy.py): 503 ServiceUnavailable and
+2. Faults between the front and the store (harness/fault_proxy.py): 503 ServiceUnavailable and
    SlowDown are retried, a ranged answer cut short is read again: files are whole.
 3. As another process: requests not signed with the front's own key are refused (403),
    writes too, and a declared body is not read; group members naming another bucket or
@@ -45,13 +45,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import somaref
-import test_data as td
+from harness import tree_reference
 import test_tree as tt
-from conftest import mount_guard, wait_until, within
-from faultproxy import ConnectionTrap, FaultProxy, Seen
-from s3server import REGION, config_args, soma_context
-from s3sfs import ACCESS_KEY, SECRET_KEY, S3sFsServer, local_files, s3s_fs_binary
+from harness.mount import mount_guard, wait_until
+from harness.settings import within
+from harness.fault_proxy import ConnectionTrap, FaultProxy, Seen
+from harness.moto_server import REGION, config_args, soma_context
+from harness.s3sfs_server import ACCESS_KEY, SECRET_KEY, S3sFsServer, local_files, s3s_fs_binary
+from harness import formats
 from test_remote import S3_DIRECT, check_soma_object, run_bounded
 
 import tiledbsoma
@@ -136,16 +137,16 @@ def compare_arrays(mp, server: S3sFsServer, fixtures_dir: Path, uri: str, rels, 
                    cfg: dict | None = None) -> list[str]:
     """metadata.json, schema.json, data.csv and data.parquet of each object `rel` under the
     mount `mp` of `uri`, against tiledbsoma reading `uri`/rel from the server (with `cfg`,
-    else the server's settings). metadata.json is the local reference's (somaref corrects
+    else the server's settings). metadata.json is the local reference's (tree_reference corrects
     tiledbsoma's misreads), as in test_remote.test_s3_matches_tiledbsoma_reading_s3."""
     ctx = soma_context(cfg or server.tiledb_config())
-    nodes = {n.relpath: n for n in tt.walk_store(fixtures_dir, store)}
+    nodes = {n.relpath: n for n in tree_reference.walk_store(fixtures_dir, store)}
     problems: list[str] = []
     for rel in rels:
         node = nodes[tuple(Path(rel).parts)]
         with tiledbsoma.open(f"{uri}/{rel}".rstrip("/"), context=ctx) as obj:
             check_soma_object(Path(mp) / rel, f"{store}/{rel}", obj, problems,
-                              expected_md=somaref.expected_metadata(node))
+                              expected_md=tree_reference.expected_metadata(node))
     return problems
 
 
@@ -253,11 +254,11 @@ def test_every_object_of_a_store_reads_as_tiledbsoma_reads_it(store_server, fixt
         front_port(mp)
         assert front_credentials_source(mp) == "--config"
         tt.test_group_directories_list_exactly_their_members(STORE, fixtures_dir, lambda store: mp)
-        every_object = ["/".join(n.relpath) for n in tt.walk_store(fixtures_dir, STORE) if n.kind != "broken"]
+        every_object = ["/".join(n.relpath) for n in tree_reference.walk_store(fixtures_dir, STORE) if n.kind != "broken"]
         assert len(every_object) > 30 and "ms/RNA/X/data" in every_object, every_object
         problems = compare_arrays(mp, store_server, fixtures_dir, f"s3://{BUCKET}/{STORE}", every_object)
         assert mp.proc.poll() is None
-    td.fail_if(problems, f"differences from tiledbsoma reading s3://{BUCKET}/{STORE} through a verifying server")
+    formats.fail_if(problems, f"differences from tiledbsoma reading s3://{BUCKET}/{STORE} through a verifying server")
 
 
 @pytest.mark.timeout(180)
@@ -269,7 +270,7 @@ def test_keys_with_spaces_unicode_plus_percent_and_equals(store_server, fixtures
         front_port(mp)
         assert {"obs", "ms", "metadata.json"} <= set(os.listdir(mp))
         problems = compare_arrays(mp, store_server, fixtures_dir, uri, [""] + S3_DIRECT[STORE])
-    td.fail_if(problems, f"differences from tiledbsoma reading {uri!r}")
+    formats.fail_if(problems, f"differences from tiledbsoma reading {uri!r}")
 
 
 @pytest.mark.timeout(180)
@@ -287,7 +288,7 @@ def test_virtual_hosted_addressing(store_server, fixtures_dir):
             front_port(mp)
             problems = compare_arrays(mp, vhost, fixtures_dir, f"s3://{BUCKET}/{STORE}", S3_DIRECT[STORE])
         assert not trap.connections, f"requests went path-style to s3.test: {trap.connections[:3]}"
-    td.fail_if(problems, "differences from tiledbsoma over virtual-hosted addressing")
+    formats.fail_if(problems, "differences from tiledbsoma over virtual-hosted addressing")
 
 
 @pytest.mark.timeout(180)
@@ -296,7 +297,7 @@ def test_path_style_with_a_scheme_in_the_endpoint(store_server, fixtures_dir):
     with front_mount(store_server, STORE, tiledb={"vfs.s3.endpoint_override": store_server.url}) as mp:
         front_port(mp)
         problems = compare_arrays(mp, store_server, fixtures_dir, f"s3://{BUCKET}/{STORE}", ["obs"])
-    td.fail_if(problems, f"differences with vfs.s3.endpoint_override={store_server.url}")
+    formats.fail_if(problems, f"differences with vfs.s3.endpoint_override={store_server.url}")
 
 
 PAGED_BUCKET = "pagedbucket"
@@ -377,7 +378,7 @@ def test_503_and_slowdown_are_retried(store_server, fixtures_dir):
     not_again = [f"{f.target} {f.headers.get('Range')}" for f in unavailable + slow_down
                  if not any(a.target == f.target and at[id(a)] > at[id(f)] for a in answered)]
     assert not not_again, f"requests refused with 503 never sent again: {not_again}"
-    td.fail_if(problems, "differences from tiledbsoma after 503s and SlowDowns")
+    formats.fail_if(problems, "differences from tiledbsoma after 503s and SlowDowns")
 
 
 @pytest.mark.timeout(180)
@@ -394,7 +395,7 @@ def test_a_range_cut_short_is_read_again(how, store_server, fixtures_dir):
             problems = compare_arrays(mp, store_server, fixtures_dir, f"s3://{BUCKET}/{STORE}", S3_DIRECT[STORE])
             assert mp.proc.poll() is None
     assert cut, "no read of tiles passed the proxy: nothing was cut"
-    td.fail_if(problems, f"differences from tiledbsoma after a range was cut short ({how})")
+    formats.fail_if(problems, f"differences from tiledbsoma after a range was cut short ({how})")
 
 
 # --------------------------------------------------------------------------------------
@@ -473,7 +474,7 @@ def test_front_refuses_what_its_own_key_did_not_sign(store_server, fixtures_dir)
             problems.append("__tiledb_group.tdb was deleted from the store")
         assert mp.proc.poll() is None, "the daemon exited"
         problems += compare_arrays(mp, store_server, fixtures_dir, f"s3://{BUCKET}/{STORE}", ["obs"])
-    td.fail_if(problems, "the front answered requests it did not sign")
+    formats.fail_if(problems, "the front answered requests it did not sign")
 
 
 ESCAPE_SCHEMA = pa.schema([("soma_joinid", pa.int64()), ("label", pa.large_string())])
@@ -577,7 +578,7 @@ def test_members_naming_another_bucket_or_host_send_nothing_there(addressing, st
                          if urllib.parse.unquote(urllib.parse.urlsplit(s.target).path).split("/")[1] != BUCKET]
             if elsewhere:
                 problems.append(f"requests for other buckets reached the server: {elsewhere[:5]}")
-    td.fail_if(problems, f"members naming another bucket or host ({addressing}-style)")
+    formats.fail_if(problems, f"members naming another bucket or host ({addressing}-style)")
 
 
 IDLE_CONNECTIONS = 1500
@@ -654,7 +655,7 @@ def test_a_flood_of_connections_leaves_the_front_serving(store_server, fixtures_
     finally:
         for s in held + half_sent:
             s.close()
-    td.fail_if(problems, "differences from tiledbsoma under the flood")
+    formats.fail_if(problems, "differences from tiledbsoma under the flood")
 
 
 CONNECTION_CAP = 4096  # the contract: at most 4096 connections held, the oldest idle dropped
@@ -693,7 +694,7 @@ def test_connections_beyond_the_cap_drop_the_oldest_idle_ones(store_server, fixt
     assert oldest_closed == 100, f"{oldest_closed} of the 100 oldest of {total} idle connections were dropped"
     assert newest_closed == 0, f"{newest_closed} of the 100 newest of {total} idle connections were dropped"
     assert secs < within(5), f"obs/data.csv took {secs:.1f} s with {total} connections open"
-    td.fail_if(problems, f"differences from tiledbsoma with {total} connections open")
+    formats.fail_if(problems, f"differences from tiledbsoma with {total} connections open")
 
 
 def _closed(s: socket.socket) -> bool:
@@ -772,4 +773,4 @@ def test_debug_logs_hold_no_key_and_what_the_daemon_writes_is_private(keys_in, s
     for name, secret in secrets_.items():
         if secret in output:
             problems.append(f"the daemon's output holds {name}")
-    td.fail_if(problems, "secrets or readable files left by a daemon logging at debug level")
+    formats.fail_if(problems, "secrets or readable files left by a daemon logging at debug level")

@@ -10,10 +10,10 @@
 - by/<column>/<label>/ holds the rows whose enumerated column holds the label (or is
   null: __null__), equal to tiledbsoma's read(value_filter=...), with its own slices/.
 
-Every file read goes through test_data.read_data_file, which checks the size rules
+Every file read goes through formats.read_data_file, which checks the size rules
 (stat before reading 0 or exact, fstat after open 0 or exact -- exact for .parquet and
 small files --, stat after reading exact). Each test mounts its stores with a small
---chunk-cells through conftest's mount_guard.
+--chunk-cells through harness.mount's mount_guard.
 
 Run: .venv/bin/python -m pytest tests/python/test_slices.py -q
 """
@@ -31,22 +31,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import dataref
-import somaref
+from harness import data_reference
+from harness import tree_reference
 import tiledb
 import tiledbsoma
-from conftest import lazy_mounts, within
-from dataref import Ref, RefCol
-from somaref import encode_name
-from test_data import (
-    Problems,
-    check_delimited,
-    check_jsonl,
-    check_parquet,
-    decode_utf8,
-    fail_if,
-    read_data_file,
-)
+from harness.mount import lazy_mounts
+from harness.settings import within
+from harness.data_reference import Ref, RefCol, arrays_of, ref_of
+from harness.tree_reference import encode_name
+from harness.formats import check_delimited, check_jsonl, check_parquet, decode_utf8, fail_if, Problems, read_data_file
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl")
 # --chunk-cells per store: small enough for several chunks in most arrays.
@@ -56,8 +49,6 @@ ENOENT_SECONDS = 1.0
 CHUNK_RE = re.compile(r"(-?\d+)-(-?\d+)")
 NL = b"\n"
 
-_WALK: dict = {}
-_REFS: dict = {}
 _INFO: dict = {}
 
 
@@ -81,24 +72,11 @@ def chunked(fixtures_dir, soma_mount_bin):
 # reference helpers
 
 
-def arrays_of(fixtures_dir: Path, store: str) -> list:
-    key = (str(fixtures_dir), store)
-    if key not in _WALK:
-        _WALK[key] = [n for n in somaref.walk(str(fixtures_dir / store)) if n.is_array]
-    return _WALK[key]
-
-
 def node_named(fixtures_dir: Path, store: str, display: str):
     for n in arrays_of(fixtures_dir, store):
         if n.display == display:
             return n
     raise AssertionError(f"fixture bug: no array {display!r} in {store}")
-
-
-def ref_of(node) -> Ref:
-    if node.uri not in _REFS:
-        _REFS[node.uri] = dataref.reference(node)
-    return _REFS[node.uri]
 
 
 class Info:
@@ -111,7 +89,7 @@ class Info:
         self.schema = schema
 
     def kind(self, i: int) -> str:
-        return dataref.kind_of(self.schema.field(self.index_cols[i]).type)
+        return data_reference.kind_of(self.schema.field(self.index_cols[i]).type)
 
     @property
     def first_is_int(self) -> bool:
@@ -134,7 +112,7 @@ def info_of(node) -> Info:
     else:
         with tiledbsoma.open(node.uri) as obj:
             st = obj.soma_type
-            if st in somaref.ND_TYPES:
+            if st in tree_reference.ND_TYPES:
                 idx = [f"soma_dim_{i}" for i in range(len(obj.shape))]
                 dom = [(0, int(s) - 1) for s in obj.shape]
             else:
@@ -142,7 +120,7 @@ def info_of(node) -> Info:
                 dom = []
                 for c, d in zip(idx, obj.domain):
                     t = obj.schema.field(c).type
-                    k = dataref.kind_of(t)
+                    k = data_reference.kind_of(t)
                     dom.append(None if k in ("str", "bin", "ts") else (d[0], d[1]))
             info = Info(st, idx, dom, obj.schema)
     _INFO[node.uri] = info
@@ -151,12 +129,12 @@ def info_of(node) -> Info:
 
 def make_ref(display: str, soma_type: str, table: pa.Table, schema: pa.Schema) -> Ref:
     table = table.select(schema.names)
-    cols = [RefCol(f.name, f.type, f.nullable, dataref.kind_of(f.type), dataref.ts_unit(f.type), table) for f in schema]
+    cols = [RefCol(f.name, f.type, f.nullable, data_reference.kind_of(f.type), data_reference.ts_unit(f.type), table) for f in schema]
     return Ref(display, soma_type, table, schema, cols)
 
 
 def table_values(t: pa.Table, schema: pa.Schema) -> dict:
-    return {f.name: dataref.canonical_values(t.column(f.name), f.type) for f in schema}
+    return {f.name: data_reference.canonical_values(t.column(f.name), f.type) for f in schema}
 
 
 def values_equal(a: dict, b: dict) -> bool:
@@ -300,7 +278,7 @@ def check_file_against(path: Path, ref: Ref, probs: Problems):
     if data is not None:
         if fmt == "parquet":
             try:
-                t = dataref.read_parquet_bytes(data)
+                t = data_reference.read_parquet_bytes(data)
             except Exception as e:  # noqa: BLE001
                 p.add(f"pyarrow cannot read it: {type(e).__name__}: {e}")
             else:
@@ -448,8 +426,8 @@ def check_chunks_concatenate(d: Path, chunks, first_col: str, probs: Problems):
                 )
         else:
             try:
-                want = dataref.read_parquet_bytes(whole)
-                tables = [(stem, a, b, dataref.read_parquet_bytes(data)) for stem, a, b, data in parts]
+                want = data_reference.read_parquet_bytes(whole)
+                tables = [(stem, a, b, data_reference.read_parquet_bytes(data)) for stem, a, b, data in parts]
             except Exception as e:  # noqa: BLE001
                 probs.add(f"{where}: parquet unreadable: {type(e).__name__}: {e}")
                 continue
@@ -470,8 +448,8 @@ def check_chunks_concatenate(d: Path, chunks, first_col: str, probs: Problems):
                 continue
             for name in want.column_names:
                 # NaN-aware, dictionaries decoded (each chunk may carry its own dictionary)
-                g = dataref.canonical_values(got.column(name))
-                w = dataref.canonical_values(want.column(name))
+                g = data_reference.canonical_values(got.column(name))
+                w = data_reference.canonical_values(want.column(name))
                 if not values_equal({name: g}, {name: w}):
                     i = next(k for k in range(len(w)) if not values_equal({0: [g[k]]}, {0: [w[k]]}))
                     probs.add(f"slices/*.parquet concatenated: column {name} differs from data.parquet, first at row {i}: {g[i]!r} vs {w[i]!r}")
@@ -632,7 +610,7 @@ def test_empty_slice_forms(fixtures_dir, chunked):
         assert (d / f"{name}.csv").read_bytes() == (",".join(ref.names) + "\n").encode(), display
         assert (d / f"{name}.tsv").read_bytes() == ("\t".join(ref.names) + "\n").encode(), display
         assert (d / f"{name}.jsonl").read_bytes() == b"", display
-        t = dataref.read_parquet_bytes((d / f"{name}.parquet").read_bytes())
+        t = data_reference.read_parquet_bytes((d / f"{name}.parquet").read_bytes())
         assert t.num_rows == 0 and t.column_names == ref.names, display
         for ext in FORMATS:
             assert os.stat(d / f"{name}.{ext}").st_size == len((d / f"{name}.{ext}").read_bytes()), (display, ext)
@@ -669,12 +647,12 @@ def enum_columns(node) -> list[tuple[pa.Field, list]]:
     with tiledbsoma.open(node.uri) as obj:
         for f in obj.schema:
             if pa.types.is_dictionary(f.type):
-                out.append((f, somaref._enumeration_values(obj, f.name).to_pylist()))
+                out.append((f, tree_reference._enumeration_values(obj, f.name).to_pylist()))
     return out
 
 
 def label_kind(f: pa.Field) -> str:
-    return dataref.kind_of(f.type.value_type)
+    return data_reference.kind_of(f.type.value_type)
 
 
 def expected_label_name(label, kind: str) -> str | None:
@@ -701,9 +679,9 @@ def match_listing(names: set, labels: list, kind: str, nullable: bool, where: st
         names.discard("__null__")
     if kind in ("f32", "f64"):
         for name in sorted(names):
-            hits = [i for i, v in enumerate(labels) if dataref.check_float_text(name, v, kind) is None]
+            hits = [i for i, v in enumerate(labels) if data_reference.check_float_text(name, v, kind) is None]
             if len(hits) != 1:
-                reasons = [dataref.check_float_text(name, v, kind) for v in labels]
+                reasons = [data_reference.check_float_text(name, v, kind) for v in labels]
                 probs.add(f"{where}: listed name {name!r} is no label's shortest text ({labels}): {reasons}")
             else:
                 out[hits[0]] = name
@@ -741,7 +719,7 @@ def expected_by(node, f: pa.Field, label, is_null: bool) -> Ref:
         vf = f"attr({f.name!r}) == None"
     else:
         if kind in ("f32", "f64"):
-            mask = [v is not None and dataref.same_float(v, label, kind) for v in col.values]
+            mask = [v is not None and data_reference.same_float(v, label, kind) for v in col.values]
         else:
             mask = [v is not None and v == label and type(v) is type(label) for v in col.values]
         vf = f"attr({f.name!r}) == {filter_literal(label, kind)}"
@@ -806,7 +784,7 @@ def test_by_directory_listings(store, fixtures_dir, chunked):
                 except OSError as e:
                     probs.add(f"{name!r}: {e}")
                     continue
-                want_inside = set(dataref.DATA_FILES) | {"slices"}
+                want_inside = set(data_reference.DATA_FILES) | {"slices"}
                 if inside != want_inside:
                     probs.add(f"{name!r} lists {sorted(inside)}, expected {sorted(want_inside)}")
                 if not (ld / "slices").is_dir():
@@ -1151,7 +1129,7 @@ def test_big_slices_list_stat_and_head_fast(fixtures_dir, mount):
             body = lines[1:11] if ext != "jsonl" else lines[:10]
             for i, line in enumerate(body):
                 if ext == "jsonl":
-                    pairs = dataref.load_json_line(line.decode())
+                    pairs = data_reference.load_json_line(line.decode())
                     r, c = int(pairs[0][1]), int(pairs[1][1])
                 else:
                     r, c = map(int, line.split(b"," if ext == "csv" else b"\t")[:2])

@@ -34,9 +34,9 @@ import pytest
 import scipy.io
 import scipy.sparse
 
-import somaref  # noqa: F401  (quiet tiledbsoma warnings)
+from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
-from conftest import mount_guard
+from harness.mount import mount_guard
 from test_parts import LIMIT, build_store
 
 TOOL_TIMEOUT = 180  # seconds for one R run

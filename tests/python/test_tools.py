@@ -27,10 +27,11 @@ import pandas as pd
 import polars as pl
 import pytest
 
-import dataref
-import somaref  # noqa: F401  (quiet tiledbsoma warnings)
+from harness import data_reference
+from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
-from conftest import wait_until, within
+from harness.mount import wait_until
+from harness.settings import within
 
 STORE = "big"
 REL = Path("X") / "data.csv"
@@ -118,7 +119,7 @@ def csv_problems(content: bytes, ref) -> list[str]:
             break
     for t in texts:
         i = first[t]
-        msg = dataref.check_float_text(t, float(vals[i]), "f32")
+        msg = data_reference.check_float_text(t, float(vals[i]), "f32")
         if msg:
             out.append(f"row {i}: {msg}")
             if len(out) > 20:
@@ -128,7 +129,7 @@ def csv_problems(content: bytes, ref) -> list[str]:
     first_line = body[: body.index(b"\n")].decode()
     last_line = body[body.rstrip(b"\n").rindex(b"\n") + 1 : -1].decode()
     for i, line in ((0, first_line), (nnz - 1, last_line)):
-        if not line.startswith(expected_line(ref, i)) or dataref.check_float_text(
+        if not line.startswith(expected_line(ref, i)) or data_reference.check_float_text(
             line.rsplit(",", 1)[1], float(vals[i]), "f32"
         ):
             out.append(f"row {i} is {line!r}, expected {expected_line(ref, i)}{vals[i]!r}")
@@ -197,7 +198,7 @@ def size_settles(path: Path, n: int) -> str | None:
 def golden(fixtures_dir, big_ref):
     """`cat X/data.csv` on a fresh mount (fresh cache, the file streamed), checked value
     for value against tiledbsoma. Returns (content, problems)."""
-    from conftest import mount_guard
+    from harness.mount import mount_guard
 
     with mount_guard(fixtures_dir / STORE, *STREAMED, label="golden mount of big") as mp:
         path = Path(mp) / REL
@@ -404,7 +405,7 @@ def test_head_n_is_fast_on_tsv_and_jsonl(ext, fresh, golden_ok, big_ref):
             same(out, want, "head -n 10 data.tsv")
         else:
             for i, line in enumerate(lines[:10]):
-                pairs = dataref.load_json_line(line)
+                pairs = data_reference.load_json_line(line)
                 assert [k for k, _ in pairs] == ["soma_dim_0", "soma_dim_1", "soma_data"], line
                 (_, r), (_, c), (_, v) = pairs
                 assert (int(r), int(c)) == (rows[i], cols[i]), (i, line)

@@ -1,6 +1,6 @@
 """Integration tests for soma-mount's tree, metadata.json, schema.json, read-only
 behaviour and daemon lifecycle. The expected values come from
-tiledbsoma (and tiledb-py for plain TileDB objects), see somaref.py.
+tiledbsoma (and tiledb-py for plain TileDB objects), see tree_reference.py.
 
 Run: .venv/bin/python -m pytest tests/python -q
 """
@@ -20,18 +20,12 @@ from pathlib import Path
 
 import pytest
 
-import somaref
-from conftest import (
-    EXIT_TIMEOUT,
-    MOUNT_TIMEOUT,
-    hash_tree,
-    is_mounted,
-    pid_alive,
-    pids_with_arg,
-    unmount,
-    wait_until,
-)
-from somaref import encode_name, json_equal, load_json_strict
+from harness import tree_reference
+from harness.mount import hash_tree, is_mounted, unmount, wait_until
+from harness.process import pid_alive, pids_with_arg
+from harness.settings import EXIT_TIMEOUT, MOUNT_TIMEOUT
+from harness.formats import fail_if
+from harness.tree_reference import encode_name, json_equal, load_json_strict
 
 STORES = ["hand", "pbmc", "scene"]
 
@@ -47,7 +41,7 @@ def generated_group_names(node, by_relpath) -> set:
     objects; 10x/ in a measurement under an experiment's ms; anndata/ and where/ in an
     experiment with obs and ms."""
     names = set(GENERATED_GROUP_NAMES)
-    md = somaref.expected_metadata(node)
+    md = tree_reference.expected_metadata(node)
     if "soma_coordinate_space" in md:
         names.add("coordinate_space.json")
     if any(k.startswith(("soma_scene_registry_", "somascene_registry")) for k in md):
@@ -70,17 +64,7 @@ REQUIRED_ARRAY_NAMES = {"metadata.json", "schema.json"}
 # helpers
 
 
-_WALK_CACHE: dict = {}
-
-
-def walk_store(fixtures_dir: Path, store: str) -> list[somaref.Node]:
-    key = (str(fixtures_dir), store)
-    if key not in _WALK_CACHE:
-        _WALK_CACHE[key] = somaref.walk(str(fixtures_dir / store))
-    return _WALK_CACHE[key]
-
-
-def node_path(mp, node: somaref.Node) -> Path:
+def node_path(mp, node: tree_reference.Node) -> Path:
     return Path(mp).joinpath(*node.relpath)
 
 
@@ -105,14 +89,7 @@ def read_json(path: Path):
         raise AssertionError(f"{path} is not valid strict JSON ({e}):\n{text[:2000]}") from None
 
 
-def fail_if(problems: list[str], what: str):
-    if problems:
-        shown = "\n".join(f"  - {p}" for p in problems[:200])
-        more = f"\n  ... and {len(problems) - 200} more" if len(problems) > 200 else ""
-        pytest.fail(f"{len(problems)} {what}:\n{shown}{more}", pytrace=False)
-
-
-def has_clash(node: somaref.Node) -> bool:
+def has_clash(node: tree_reference.Node) -> bool:
     """A member whose encoded name equals a generated name (the member wins)."""
     return any(encode_name(n) in GENERATED_GROUP_NAMES for n in node.members)
 
@@ -138,7 +115,7 @@ def expect_errno(fn, code) -> str | None:
 @pytest.mark.parametrize("store", STORES)
 def test_group_directories_list_exactly_their_members(store, fixtures_dir, mounted):
     mp = mounted(store)
-    nodes = walk_store(fixtures_dir, store)
+    nodes = tree_reference.walk_store(fixtures_dir, store)
     by_relpath = {n.relpath: n for n in nodes}
     problems = []
     assert nodes[0].kind in ("soma_group", "soma_array"), nodes[0]
@@ -219,13 +196,13 @@ def test_member_named_like_a_generated_file_wins(mounted):
 
 
 def test_lone_array_mounts_as_array_directory(fixtures_dir, mount):
-    node = next(n for n in walk_store(fixtures_dir, "hand") if n.relpath == ("obs",))
+    node = next(n for n in tree_reference.walk_store(fixtures_dir, "hand") if n.relpath == ("obs",))
     for uri in (fixtures_dir / "hand" / "obs", "file://" + str(fixtures_dir / "hand" / "obs")):
         with mount(uri) as mp:
             listing = set(os.listdir(mp))
             assert REQUIRED_ARRAY_NAMES <= listing, (uri, sorted(listing))
             md = read_json(Path(mp) / "metadata.json")
-            assert json_equal(md, somaref.expected_metadata(node)), uri
+            assert json_equal(md, tree_reference.expected_metadata(node)), uri
             sch = read_json(Path(mp) / "schema.json")
             assert sch["soma_object_type"] == "SOMADataFrame"
 
@@ -239,7 +216,7 @@ def test_metadata_json_matches_tiledbsoma(store, fixtures_dir, mounted):
     mp = mounted(store)
     problems = []
     checked = 0
-    for node in walk_store(fixtures_dir, store):
+    for node in tree_reference.walk_store(fixtures_dir, store):
         if node.kind == "broken" or has_clash(node):
             continue
         path = node_path(mp, node) / "metadata.json"
@@ -251,7 +228,7 @@ def test_metadata_json_matches_tiledbsoma(store, fixtures_dir, mounted):
         if not isinstance(md, dict):
             problems.append(f"{node.display}: metadata.json is not a JSON object")
             continue
-        expected = somaref.expected_metadata(node)
+        expected = tree_reference.expected_metadata(node)
         keys = list(md)
         if keys != sorted(keys):
             problems.append(f"{node.display}: keys not sorted: {keys}")
@@ -277,7 +254,7 @@ def _compare_schema(display: str, got, exp: dict) -> list[str]:
     if not isinstance(got, dict):
         return [f"{display}: schema.json is not a JSON object"]
     required = {"soma_object_type", "index_column_names", "columns", "cell_count"}
-    is_nd = exp["soma_object_type"] in somaref.ND_TYPES
+    is_nd = exp["soma_object_type"] in tree_reference.ND_TYPES
     if is_nd:
         required |= {"shape", "non_empty_domain"}
     missing = required - set(got)
@@ -320,7 +297,7 @@ def _compare_schema(display: str, got, exp: dict) -> list[str]:
             if not (
                 isinstance(d, list)
                 and len(d) == 2
-                and all(somaref.domain_value_equal(a, e) for a, e in zip(d, ec["domain"]))
+                and all(tree_reference.domain_value_equal(a, e) for a, e in zip(d, ec["domain"]))
             ):
                 p.append(f"{where}: domain is {d!r}, expected {ec['domain']!r}")
         if "enumeration" in ec and "enumeration" in gc:
@@ -334,7 +311,7 @@ def test_schema_json_matches_tiledbsoma(store, fixtures_dir, mounted):
     mp = mounted(store)
     problems = []
     checked = 0
-    for node in walk_store(fixtures_dir, store):
+    for node in tree_reference.walk_store(fixtures_dir, store):
         if not node.is_array:
             continue
         path = node_path(mp, node) / "schema.json"
@@ -344,10 +321,10 @@ def test_schema_json_matches_tiledbsoma(store, fixtures_dir, mounted):
             problems.append(f"{node.display}: {e}")
             continue
         if node.kind == "soma_array":
-            problems += _compare_schema(node.display, got, somaref.expected_schema(node.uri))
+            problems += _compare_schema(node.display, got, tree_reference.expected_schema(node.uri))
         else:
             # Plain TileDB array: docs/REFERENCE.md fixes no soma_object_type; check the columns.
-            dims, attrs = somaref.plain_array_columns(node.uri)
+            dims, attrs = tree_reference.plain_array_columns(node.uri)
             cols = got.get("columns") if isinstance(got, dict) else None
             if not isinstance(cols, list):
                 problems.append(f"{node.display}: plain array schema.json has no columns list")
@@ -371,7 +348,7 @@ def test_schema_json_matches_tiledbsoma(store, fixtures_dir, mounted):
 
 def test_broken_member_shows_error_txt(fixtures_dir, mounted):
     mp = Path(mounted("hand"))
-    broken = [n for n in walk_store(fixtures_dir, "hand") if n.kind == "broken"]
+    broken = [n for n in tree_reference.walk_store(fixtures_dir, "hand") if n.kind == "broken"]
     assert [n.member_name for n in broken] == ["gone"], "fixture should have exactly one broken member"
     d = node_path(mp, broken[0])
     assert d.is_dir(), f"{d} should be a directory"

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, binary_path, mount_guard, wait_until
+from harness.mount import mount_guard, wait_until
+from harness.settings import REPO, binary_path
 
 TEST_USER = "soma-mount-test"
 # A store written by tiledbsoma, and the files compared: the obs CSV, X's Parquet, an h5ad.

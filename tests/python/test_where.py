@@ -60,15 +60,14 @@ import pyarrow.compute as pc
 import pytest
 import scipy.sparse as sp
 
-import dataref
-import somaref
+from harness import data_reference, tenx, tree_reference
 import test_anndata
-import test_legacy
 import test_slices
 import tiledbsoma
-from conftest import lazy_mounts, mount_guard, within
-from dataref import Ref
-from test_data import Problems, decode_utf8, fail_if, read_data_file
+from harness.mount import mount_guard
+from harness.settings import within
+from harness.data_reference import Ref
+from harness.formats import decode_utf8, fail_if, Problems, read_data_file
 from test_slices import check_file_against, make_ref, table_values, values_equal
 
 pytestmark = pytest.mark.timeout(300)
@@ -79,7 +78,7 @@ DATA_FILES = tuple(f"data.{fmt}" for fmt in FORMATS)
 # format, with the frame's schema.json").
 WHERE_FILES = {*DATA_FILES, "schema.json"}
 # A bad filter's directory, its error.txt or a file it does not hold answers within this
-# (with conftest's margin): nothing hangs.
+# (with harness.settings' margin): nothing hangs.
 ANSWER_SECONDS = 5.0
 
 
@@ -122,17 +121,6 @@ def absent(path: Path) -> str | None:
     except OSError as e:
         return f"stat gives {e}, expected ENOENT"
     return "exists"
-
-
-# --------------------------------------------------------------------------------------
-# mounts
-
-
-@pytest.fixture(scope="module")
-def mounts(fixtures_dir, soma_mount_bin):
-    """mounts(store) -> mountpoint: one daemon per store for this module."""
-    with lazy_mounts(fixtures_dir, lambda store: f"{store} (test_where)") as get:
-        yield get
 
 
 # --------------------------------------------------------------------------------------
@@ -330,7 +318,7 @@ def expected_where(fixtures_dir: Path, q: Q) -> Ref:
     if key in _DF_REFS:
         return _DF_REFS[key]
     node = frame_node(fixtures_dir, q.store, q.frame)
-    whole_ref = test_slices.ref_of(node)
+    whole_ref = data_reference.ref_of(node)
     vf = None if q.filter == "all" else (q.ref or q.filter)
     got = soma_rows(node.uri, vf).select(whole_ref.schema.names)
     if q.negates:
@@ -440,12 +428,12 @@ def test_df_where_nothing_matches(q, fixtures_dir, mounts):
     assert (d / "data.csv").read_bytes() == (",".join(ref.names) + "\n").encode(), f"{q}: data.csv"
     assert (d / "data.tsv").read_bytes() == ("\t".join(ref.names) + "\n").encode(), f"{q}: data.tsv"
     assert (d / "data.jsonl").read_bytes() == b"", f"{q}: data.jsonl"
-    t = dataref.read_parquet_bytes((d / "data.parquet").read_bytes())
+    t = data_reference.read_parquet_bytes((d / "data.parquet").read_bytes())
     assert t.num_rows == 0 and t.column_names == ref.names, f"{q}: data.parquet has {t.num_rows} rows, {t.column_names}"
-    rt = dataref.pyarrow_roundtrip_schema(ref.schema)
+    rt = data_reference.pyarrow_roundtrip_schema(ref.schema)
     for col in ref.cols:
         f = t.schema.field(col.name)
-        assert dataref.parquet_type_ok(f.type, col.type, rt.field(col.name).type), f"{q}: {col.name} is {f.type}"
+        assert data_reference.parquet_type_ok(f.type, col.type, rt.field(col.name).type), f"{q}: {col.name} is {f.type}"
         assert f.nullable == col.nullable, f"{q}: {col.name} nullable={f.nullable}"
     for name in DATA_FILES:
         assert os.stat(d / name).st_size == len((d / name).read_bytes()), f"{q}: size of {name}"
@@ -478,7 +466,7 @@ def test_df_percent_encoding_spelled_out(fixtures_dir, mounts):
 def test_df_equivalent_spellings_give_identical_bytes(store, frame, spellings, fixtures_dir, mounts):
     frame_dir = Path(mounts(store)) / frame
     node = frame_node(fixtures_dir, store, frame)
-    whole_ref = test_slices.ref_of(node)
+    whole_ref = data_reference.ref_of(node)
     # tiledbsoma agrees that they are one query
     rows = [soma_rows(node.uri, s).select(whole_ref.schema.names) for s in spellings]
     for s, r in zip(spellings[1:], rows[1:]):
@@ -686,8 +674,8 @@ def selection(fixtures_dir: Path, store: str, m: str, obs_filter: str, var_filte
     uri = str(fixtures_dir / store)
     obs_node = frame_node(fixtures_dir, store, "obs")
     var_node = frame_node(fixtures_dir, store, f"ms/{m}/var")
-    obs_schema = test_slices.ref_of(obs_node).schema
-    var_schema = test_slices.ref_of(var_node).schema
+    obs_schema = data_reference.ref_of(obs_node).schema
+    var_schema = data_reference.ref_of(var_node).schema
     with tiledbsoma.Experiment.open(uri) as exp:
         layers = sorted(exp.ms[m].X.keys())
         with exp.axis_query(m, obs_query=axis(obs_filter), var_query=axis(var_filter)) as q:
@@ -695,10 +683,10 @@ def selection(fixtures_dir: Path, store: str, m: str, obs_filter: str, var_filte
             var_t = sorted_by(q.var().concat(), ["soma_joinid"]).select(var_schema.names)
             xs = {}
             for layer in layers:
-                x_node = frame_node(fixtures_dir, store, f"ms/{m}/X/{somaref.encode_name(layer)}")
-                x_schema = test_slices.ref_of(x_node).schema
+                x_node = frame_node(fixtures_dir, store, f"ms/{m}/X/{tree_reference.encode_name(layer)}")
+                x_schema = data_reference.ref_of(x_node).schema
                 t = sorted_by(q.X(layer).tables().concat(), ["soma_dim_0", "soma_dim_1"]).select(x_schema.names)
-                xs[somaref.encode_name(layer)] = make_ref(f"ms/{m}/X/{layer}", "SOMASparseNDArray", t, x_schema)
+                xs[tree_reference.encode_name(layer)] = make_ref(f"ms/{m}/X/{layer}", "SOMASparseNDArray", t, x_schema)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 qa = q.to_anndata(X_name="data" if "data" in layers else layers[0])
@@ -711,7 +699,7 @@ def selection(fixtures_dir: Path, store: str, m: str, obs_filter: str, var_filte
             f"reference disagreement: obs of {obs_filter!r}"
         )
     for layer, ref in xs.items():
-        whole_x = test_slices.ref_of(frame_node(fixtures_dir, store, f"ms/{m}/X/{layer}")).table
+        whole_x = data_reference.ref_of(frame_node(fixtures_dir, store, f"ms/{m}/X/{layer}")).table
         keep = np.isin(whole_x.column("soma_dim_0").to_numpy(), obs_j)
         keep &= np.isin(whole_x.column("soma_dim_1").to_numpy(), var_j)
         kept = whole_x.filter(pa.array(keep))
@@ -736,10 +724,10 @@ def obsm_refs(fixtures_dir: Path, store: str, m: str, obs_j: np.ndarray) -> dict
     """obsm name -> Ref of its cells whose soma_dim_0 is a selected join id (a dense array:
     every cell of those rows), in the whole array's order."""
     out = {}
-    for node in test_slices.arrays_of(fixtures_dir, store):
+    for node in data_reference.arrays_of(fixtures_dir, store):
         if node.relpath[:3] != ("ms", m, "obsm") or len(node.relpath) != 4:
             continue
-        whole_ref = test_slices.ref_of(node)
+        whole_ref = data_reference.ref_of(node)
         keep = np.isin(whole_ref.table.column("soma_dim_0").to_numpy(), obs_j)
         t = whole_ref.table.filter(pa.array(keep))
         if whole_ref.soma_type == "SOMASparseNDArray" and len(obs_j):
@@ -753,16 +741,16 @@ def obsm_refs(fixtures_dir: Path, store: str, m: str, obs_j: np.ndarray) -> dict
     return out
 
 
-def tenx_expected(layer: test_legacy.Layer, obs_j: np.ndarray, var_j: np.ndarray, xref: Ref) -> test_legacy.TenX:
+def tenx_expected(layer: tenx.Layer, obs_j: np.ndarray, var_j: np.ndarray, xref: Ref) -> tenx.TenX:
     """The 10x directory of the selected cells and genes: barcodes and features in join-id
-    order, X's cells mapped to their ranks (as test_legacy.tenx_reference does)."""
+    order, X's cells mapped to their ranks (as tenx.tenx_reference does)."""
     if len(obs_j):
-        oj, barcodes, _ = test_legacy.ids_of(layer.obs_node.uri, test_legacy.OBS_ID_COLS, joinids=obs_j)
+        oj, barcodes, _ = tenx.ids_of(layer.obs_node.uri, tenx.OBS_ID_COLS, joinids=obs_j)
     else:
         oj, barcodes = obs_j, []
     if len(var_j):
-        vj, fids, fnames = test_legacy.ids_of(
-            layer.var_uri, test_legacy.VAR_ID_COLS, test_legacy.VAR_NAME_COLS, joinids=var_j
+        vj, fids, fnames = tenx.ids_of(
+            layer.var_uri, tenx.VAR_ID_COLS, tenx.VAR_NAME_COLS, joinids=var_j
         )
     else:
         vj, fids, fnames = var_j, [], []
@@ -773,7 +761,7 @@ def tenx_expected(layer: test_legacy.Layer, obs_j: np.ndarray, var_j: np.ndarray
     X = sp.csr_matrix((v, (np.searchsorted(obs_j, r), np.searchsorted(var_j, c))),
                       shape=(len(obs_j), len(var_j)), dtype=layer.np_dtype)
     X.sort_indices()
-    return test_legacy.TenX(obs_j, barcodes, var_j, fids, fnames, X)
+    return tenx.TenX(obs_j, barcodes, var_j, fids, fnames, X)
 
 
 _WHOLE_ADATA: dict = {}
@@ -829,7 +817,7 @@ def check_array_dir(d: Path, ref: Ref, probs: Problems):
 
 
 def tenx_layers_of(fixtures_dir: Path, store: str, m: str) -> list:
-    return [layer for layer in test_legacy.tenx_layers(fixtures_dir, store) if layer.relpath[:2] == ("ms", m)]
+    return [layer for layer in tenx.tenx_layers(fixtures_dir, store) if layer.relpath[:2] == ("ms", m)]
 
 
 # --------------------------------------------------------------------------------------
@@ -877,7 +865,7 @@ def test_exp_where_x_and_obsm(case, fixtures_dir, mounts):
             problems += probs.done()
         for name, ref in obsm_refs(fixtures_dir, case.store, m, sel.obs_j).items():
             probs = Problems(f"where/{encode_filter(case.obs_filter)}/ms/{m}/obsm/{name}")
-            check_array_dir(base / "ms" / m / "obsm" / somaref.encode_name(name), ref, probs)
+            check_array_dir(base / "ms" / m / "obsm" / tree_reference.encode_name(name), ref, probs)
             problems += probs.done()
     fail_if(problems, f"X/obsm problems with {case}")
 
@@ -885,7 +873,7 @@ def test_exp_where_x_and_obsm(case, fixtures_dir, mounts):
 @pytest.mark.parametrize("case", EXP_CASES, ids=str)
 def test_exp_where_10x(case, fixtures_dir, mounts):
     """ms/<m>/10x/<layer>/: matrix.mtx, barcodes.tsv, features.tsv and genes.tsv of the
-    selected cells and every gene (test_legacy's strict checks)."""
+    selected cells and every gene (harness.tenx's strict checks)."""
     mp = Path(mounts(case.store))
     base = require_experiment_where(mp) / encode_filter(case.obs_filter)
     problems = []
@@ -894,7 +882,7 @@ def test_exp_where_10x(case, fixtures_dir, mounts):
         for layer in tenx_layers_of(fixtures_dir, case.store, m):
             ref = tenx_expected(layer, sel.obs_j, sel.var_j, sel.X[layer.relpath[3]])
             where = f"where/{encode_filter(case.obs_filter)}/{layer.display}"
-            problems += test_legacy.check_tenx_dir(base.joinpath(*layer.relpath), ref, layer, where)
+            problems += tenx.check_tenx_dir(base.joinpath(*layer.relpath), ref, layer, where)
     fail_if(problems, f"10x problems with {case}")
 
 
@@ -934,7 +922,7 @@ def test_exp_where_var_filter(case, fixtures_dir, mounts):
         problems += probs.done()
         for layer in tenx_layers_of(fixtures_dir, case.store, m):
             ref = tenx_expected(layer, sel.obs_j, sel.var_j, sel.X[layer.relpath[3]])
-            problems += test_legacy.check_tenx_dir(d / "10x" / layer.relpath[3], ref, layer, f"{where}/10x/{layer.relpath[3]}")
+            problems += tenx.check_tenx_dir(d / "10x" / layer.relpath[3], ref, layer, f"{where}/10x/{layer.relpath[3]}")
         fail_if(problems, f"problems with {case} / {m}: {vf!r}")
         path = d / "anndata.h5ad"
         probs = Problems(where)
@@ -956,9 +944,9 @@ def test_exp_where_all_is_the_whole_experiment(store, fixtures_dir, mounts):
         pairs += [(f"ms/{m}/var", n) for n in DATA_FILES]
         with tiledbsoma.Experiment.open(str(fixtures_dir / store)) as exp:
             layers = sorted(exp.ms[m].X.keys())
-        pairs += [(f"ms/{m}/X/{somaref.encode_name(x)}", n) for x in layers for n in DATA_FILES]
+        pairs += [(f"ms/{m}/X/{tree_reference.encode_name(x)}", n) for x in layers for n in DATA_FILES]
         pairs += [("/".join(layer.relpath), n) for layer in tenx_layers_of(fixtures_dir, store, m)
-                  for n in sorted(test_legacy.TENX_FILES)]
+                  for n in sorted(tenx.TENX_FILES)]
     differ = [f"{rel}/{n}" for rel, n in pairs if (w / "all" / rel / n).read_bytes() != (mp / rel / n).read_bytes()]
     assert not differ, f"where/all/ files that differ from the experiment's own: {differ}"
 

@@ -39,8 +39,8 @@ import zarr
 
 import tiledbsoma
 import tiledbsoma.io
-from conftest import mount_guard
-from test_anndata import WHOLE, assert_anndata_equal, mounts, reference, unordered_store  # noqa: F401 -- mounts is a fixture
+from harness.mount import mount_guard
+from test_anndata import WHOLE, assert_anndata_equal, reference, unordered_store
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -1,5 +1,5 @@
 """A fault-injecting HTTP proxy for the S3 front's tests: on 127.0.0.1 in front of a local S3
-server (s3sfs.py), it forwards each request unchanged (the Host header too, so a signature
+server (s3sfs_server.py), it forwards each request unchanged (the Host header too, so a signature
 made for the proxy's address verifies at the server) and records it, except where the test
 has armed a fault:
 
@@ -15,7 +15,7 @@ has armed a fault:
 host that must never be contacted.
 
 The ideas (a thread per connection, a kept-alive upstream connection per thread, hop-by-hop
-headers left out) are those of s3proxy.py's LatencyProxy, whose helpers this imports.
+headers left out) are those of latency_proxy.py's LatencyProxy, whose helpers this imports.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from s3proxy import HOP_BY_HOP, ServedOnAThread, UpstreamPerThread, key_of, kind_of
+from harness.latency_proxy import HOP_BY_HOP, ServedOnAThread, UpstreamPerThread, key_of, kind_of
 
 # Each fault's S3 error: (status, message).
 S3_ERRORS = {
@@ -188,7 +188,7 @@ class FaultProxy(ServedOnAThread):
     """The proxy on 127.0.0.1:port (a free port unless given), forwarding to the S3 server
     on 127.0.0.1:upstream_port. Always stop() it (it is also a context manager)."""
 
-    thread_name = "faultproxy"
+    thread_name = "fault_proxy"
 
     def __init__(self, upstream_port: int, port: int = 0):
         self.upstream_port = upstream_port

@@ -1,5 +1,5 @@
 """A latency proxy for the S3 tests and the latency benchmark: an HTTP proxy on 127.0.0.1 in
-front of a local S3 server (s3server.py) that holds each request `delay_ms` milliseconds
+front of a local S3 server (moto_server.py) that holds each request `delay_ms` milliseconds
 before forwarding it, the way an object store's first byte comes 20-100 ms after the request
 is sent, and counts the requests that pass.
 
@@ -17,7 +17,8 @@ as a real object store does. The record of requests is shared by those threads u
 With `tls` (an `ssl.SSLContext` for a server, see `tls_server_context`) the proxy speaks
 HTTPS to its clients, the way an object store does, and plain HTTP to the S3 server.
 
-Run alone: `python s3proxy.py UPSTREAM_PORT DELAY_MS [PORT]` serves until interrupted.
+Run alone from tests/python: `python -m harness.latency_proxy UPSTREAM_PORT DELAY_MS [PORT]`
+serves until interrupted.
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ class LatencyProxy(ServedOnAThread):
     on 127.0.0.1:upstream_port after holding each request delay_ms. Always stop() it (it is
     also a context manager)."""
 
-    thread_name = "s3proxy"
+    thread_name = "latency_proxy"
 
     def __init__(self, upstream_port: int, delay_ms: float = 0, port: int = 0, tls: ssl.SSLContext | None = None):
         self.upstream_port = upstream_port

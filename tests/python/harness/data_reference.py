@@ -3,7 +3,8 @@ data.parquet, data.npy; docs/REFERENCE.md "Files in an array directory", "Value 
 
 The expected rows come from tiledbsoma (tiledb-py for plain TileDB arrays); the
 expected text of each value comes from a small formatter written here from the
-contract's rules. Nothing here touches a mount; see test_data.py and test_tools.py.
+contract's rules; `arrays_of` and `ref_of` read each fixture store's arrays and their
+references once. Nothing here touches a mount; see test_data.py and test_tools.py.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import somaref  # noqa: F401  (silences tiledbsoma's warnings before the import below)
+from harness import tree_reference  # (also quiets tiledbsoma's warnings before the import below)
 import tiledb
 import tiledbsoma
 
@@ -462,3 +464,23 @@ def parquet_type_ok(got: pa.DataType, want: pa.DataType, roundtrip: pa.DataType)
 
 def read_parquet_bytes(data: bytes) -> pa.Table:
     return pq.read_table(io.BytesIO(data))
+
+
+# The arrays of each fixture store and their references, read once per session.
+_ARRAYS: dict = {}
+_REFS: dict = {}
+
+
+def arrays_of(fixtures_dir, store: str) -> list[tree_reference.Node]:
+    """The array nodes of the fixture store `store`, in walk order."""
+    key = (str(fixtures_dir), store)
+    if key not in _ARRAYS:
+        _ARRAYS[key] = [n for n in tree_reference.walk(str(Path(fixtures_dir) / store)) if n.is_array]
+    return _ARRAYS[key]
+
+
+def ref_of(node: tree_reference.Node) -> Ref:
+    """The reference of an array node (`reference`), read once."""
+    if node.uri not in _REFS:
+        _REFS[node.uri] = reference(node)
+    return _REFS[node.uri]

@@ -11,6 +11,7 @@ import re
 import base64
 import json
 import math
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -431,3 +432,14 @@ def plain_array_columns(uri: str) -> tuple[list, list]:
         dims = [A.schema.domain.dim(i).name for i in range(A.schema.domain.ndim)]
         attrs = [A.schema.attr(i).name for i in range(A.schema.nattr)]
     return dims, attrs
+
+
+_WALKS: dict = {}
+
+
+def walk_store(fixtures_dir, store: str) -> list[Node]:
+    """`walk` of the fixture store `store`, read once."""
+    key = (str(fixtures_dir), store)
+    if key not in _WALKS:
+        _WALKS[key] = walk(os.path.join(str(fixtures_dir), store))
+    return _WALKS[key]

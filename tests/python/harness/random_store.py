@@ -26,7 +26,7 @@ the clock has passed the last of them, so a reader at "now" sees them all.
 
 Write one store by hand (it prints what it holds):
 
-    .venv/bin/python tests/python/randstore.py SEED DIR
+    (cd tests/python && ../../.venv/bin/python -m harness.random_store SEED DIR)
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-import somaref  # noqa: F401  (silences tiledbsoma's warnings before the import below)
+from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings before the import below)
 import tiledbsoma
 
 # --------------------------------------------------------------------------------------
@@ -546,6 +546,6 @@ def build_store(uri: str, seed: int) -> Store:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        sys.exit("usage: randstore.py SEED DIR")
+        sys.exit("usage: python -m harness.random_store SEED DIR")
     built = build_store(os.path.abspath(sys.argv[2]), int(sys.argv[1]))
     print(f"seed {built.seed}: {built.uri}\n{built.summary()}")

@@ -2,7 +2,7 @@
 s3s-fs (the `s3s-fs` binary of the crate of that name, which `scripts/setup` installs) in a
 child process on 127.0.0.1, serving a directory of its own, one bucket per subdirectory.
 
-moto (s3server.py) checks no signature at all; s3s-fs recomputes each request's AWS
+moto (moto_server.py) checks no signature at all; s3s-fs recomputes each request's AWS
 Signature Version 4 with the one key pair it is given and refuses a request signed with
 anything else (403 SignatureDoesNotMatch / InvalidAccessKeyId), so a mount that reads
 through it has signed every request exactly as S3 wants, odd keys and ranges included.
@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from s3server import REGION, _port_accepts, free_port
+from harness.moto_server import REGION, _port_accepts, free_port
 
 # The user's keys in these tests: the only pair s3s-fs accepts. Shaped like AWS's own (the
 # secret with '/' and '+'), and distinctive, so a test can search files for them.
