@@ -197,3 +197,52 @@ impl Value {
         }
     }
 }
+
+impl Value {
+    /// This value as native bytes of `datatype` (for range bounds and conditions).
+    pub fn to_native(&self, datatype: Datatype) -> Result<Vec<u8>> {
+        use Datatype::*;
+        let int = |v: &Value| -> Result<i128> {
+            match v {
+                Value::Int(i) => Ok(*i as i128),
+                Value::UInt(u) => Ok(*u as i128),
+                Value::Float(f) if f.fract() == 0.0 => Ok(*f as i128),
+                Value::Bool(b) => Ok(i128::from(*b)),
+                other => Err(Error::new(format!("{other:?} is not an integer"))),
+            }
+        };
+        let float = |v: &Value| -> Result<f64> {
+            match v {
+                Value::Int(i) => Ok(*i as f64),
+                Value::UInt(u) => Ok(*u as f64),
+                Value::Float(f) => Ok(*f),
+                other => Err(Error::new(format!("{other:?} is not a number"))),
+            }
+        };
+        macro_rules! narrow {
+            ($t:ty) => {{
+                let i = int(self)?;
+                <$t>::try_from(i)
+                    .map(|x| x.to_ne_bytes().to_vec())
+                    .map_err(|_| Error::new(format!("{i} is out of range for {datatype:?}")))
+            }};
+        }
+        match datatype {
+            Int8 => narrow!(i8),
+            Int16 => narrow!(i16),
+            Int32 => narrow!(i32),
+            Int64 | DateTime(_) | Time(_) => narrow!(i64),
+            UInt8 | Bool => narrow!(u8),
+            UInt16 => narrow!(u16),
+            UInt32 => narrow!(u32),
+            UInt64 => narrow!(u64),
+            Float32 => Ok((float(self)? as f32).to_ne_bytes().to_vec()),
+            Float64 => Ok(float(self)?.to_ne_bytes().to_vec()),
+            _ => match self {
+                Value::Text(s) => Ok(s.as_bytes().to_vec()),
+                Value::Bytes(b) => Ok(b.clone()),
+                other => Err(Error::new(format!("{other:?} does not fit {datatype:?}"))),
+            },
+        }
+    }
+}

@@ -14,6 +14,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod array;
+mod condition;
 mod context;
 mod datatype;
 pub(crate) mod ffi;
@@ -26,6 +27,7 @@ pub use array::{
     Array, ArrayType, AttributeInfo, Bounds, DimensionInfo, EnumerationInfo, Fragment,
     FragmentInfo, Order, SchemaInfo, VAR_NUM,
 };
+pub use condition::{Comparison, QueryCondition};
 pub use context::{Config, Context};
 pub use datatype::{Datatype, TimeUnit, Value};
 pub use error::{Error, Result};
@@ -33,7 +35,7 @@ pub use group::{Group, Member};
 pub use metadata::{Metadata, MetadataValue};
 pub use query::{
     count_cells, estimated_cells, null_counts, nulls_countable, Batch, BatchCells, CellEstimate,
-    ColumnData, ColumnSpec, Comparison, Layout, QueryCondition, ReadQuery, COUNT_MEMORY_BYTES,
+    ColumnData, ColumnSpec, Layout, ReadQuery, COUNT_MEMORY_BYTES,
 };
 
 mod error;
