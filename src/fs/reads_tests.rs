@@ -13,7 +13,7 @@ use crate::soma::fixtures::{
 use crate::soma::{ArrayData, MemoryCells, SomaObject};
 
 use super::error::FsError;
-use super::tests::{mount_with, store_with_measurement, FakeStore, Mounted};
+use super::tests::{mount_streaming, mount_with, store_with_measurement, FakeStore, Mounted};
 
 const OBS: &str = "mem://exp/obs";
 const X: &str = "mem://exp/ms/RNA/X/data";
@@ -21,6 +21,10 @@ const X: &str = "mem://exp/ms/RNA/X/data";
 /// The experiment of [`store_with_measurement`], obs and X with cells behind them, read in
 /// batches of 7 and 40 rows: every file below spans several batches.
 fn mounted_with_cells(obs: MemoryCells) -> Mounted {
+    mount_with(store_with_cells(obs), Duration::from_secs(60))
+}
+
+fn store_with_cells(obs: MemoryCells) -> std::sync::Arc<FakeStore> {
     let store = store_with_measurement();
     store.put(with_cells(dataframe(OBS, "frag-1"), obs));
     store.put(with_cells(sparse_array(X), sparse_cells(40)));
@@ -28,7 +32,7 @@ fn mounted_with_cells(obs: MemoryCells) -> Mounted {
         dataframe("mem://exp/ms/RNA/var", "frag-var"),
         dataframe_cells(7),
     ));
-    mount_with(store, Duration::from_secs(60))
+    store
 }
 
 /// How many reads the cells behind the array at `uri` have served.
@@ -145,6 +149,24 @@ fn a_read_that_fails_midway_is_an_error_and_leaves_no_short_file() {
         Ok(attr) => assert!(!attr.size_known || attr.size == 0, "{attr:?}"),
         Err(e) => assert!(matches!(e, FsError::Io(_)), "{e:?}"),
     }
+}
+
+#[test]
+fn a_stream_that_fails_midway_is_an_error_and_is_not_committed() {
+    // Streamed as it is read (nothing generated whole first), every batch in turn.
+    let m = mount_streaming(store_with_cells(dataframe_cells(7)));
+    let csv = String::from_utf8(m.read_all("obs/data.csv").unwrap()).unwrap();
+    assert_eq!(csv, obs_csv(0..100));
+    let m = mount_streaming(store_with_cells(dataframe_cells(10).failing_after(2)));
+    match m.read_all("obs/data.csv") {
+        Err(FsError::Io(message)) => assert!(message.contains("went away"), "{message}"),
+        other => panic!("expected EIO, got {other:?}"),
+    }
+    assert!(
+        committed(&m).is_empty(),
+        "nothing committed: {:?}",
+        committed(&m)
+    );
 }
 
 #[test]

@@ -156,13 +156,29 @@ pub(super) fn mount_with(store: Arc<FakeStore>, ttl: Duration) -> Mounted {
 
 /// A mount whose root is the object at `root`.
 fn mount_at(store: Arc<FakeStore>, root: &str, ttl: Duration) -> Mounted {
+    mount_materializing(store, root, ttl, 64 << 20)
+}
+
+/// [`mount_with`], where no data file is generated whole before it is read: each streams.
+pub(super) fn mount_streaming(store: Arc<FakeStore>) -> Mounted {
+    mount_materializing(store, "mem://exp", Duration::from_secs(60), 0)
+}
+
+/// A mount whose root is the object at `root`, generating files whole below
+/// `materialize_limit` bytes.
+fn mount_materializing(
+    store: Arc<FakeStore>,
+    root: &str,
+    ttl: Duration,
+    materialize_limit: u64,
+) -> Mounted {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::SeqCst);
     let cache_dir =
         std::env::temp_dir().join(format!("soma-mount-tree-{}-{n}", std::process::id()));
     let options = DataOptions {
         cache: Arc::new(ContentCache::open(&cache_dir, 1 << 30).unwrap()),
-        materialize_limit: 64 << 20,
+        materialize_limit,
         exact_sizes: false,
         chunk_cells: 1_000_000,
         metadata_ttl: ttl,
@@ -220,6 +236,24 @@ impl Mounted {
             attr = answered(|answer| self.tree.lookup(attr.ino, name, answer))?;
         }
         Ok(attr)
+    }
+
+    /// Every byte of the file at `path`, read as the kernel reads: from offset 0 until a
+    /// read returns nothing.
+    pub(super) fn read_all(&self, path: &str) -> Result<Vec<u8>, FsError> {
+        let attr = self.stat(path)?;
+        let opened = self.open(attr.ino)?;
+        let mut bytes = Vec::new();
+        let result = loop {
+            let offset = bytes.len() as u64;
+            match answered(|answer| self.tree.read(opened.fh, offset, 1 << 16, answer)) {
+                Ok(piece) if piece.is_empty() => break Ok(bytes),
+                Ok(piece) => bytes.extend_from_slice(&piece),
+                Err(e) => break Err(FsError::io("read", e)),
+            }
+        };
+        self.tree.release(opened.fh);
+        result
     }
 
     pub(super) fn read(&self, path: &str) -> Result<Vec<u8>, FsError> {
