@@ -19,6 +19,7 @@ mod slice;
 mod soma_type;
 pub mod spatial;
 pub mod tenx;
+mod tiles;
 
 pub use error::{Error, Result};
 pub use object::{shows_the_past, ArrayData, ArrayObject, GroupObject, Objects, SomaObject, Store};

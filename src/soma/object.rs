@@ -10,12 +10,14 @@ use crate::libtiledb_settings;
 use crate::s3::{Front, Opening};
 use crate::sync::{at_once, Recover, SingleFlight};
 use crate::tiledb::{
-    self, Array, Config, Context, Fragment, FragmentInfo, Group, Member, Metadata, ObjectType,
+    self, Array, Config, Context, Fragment, FragmentInfo, FragmentShape, Group, Member, Metadata,
+    ObjectType,
 };
 
 use super::read::MemoryCells;
 use super::schema::SomaSchema;
 use super::soma_type::SomaType;
+use super::tiles::{commits_may_delete, FragmentTiles, NotCountable, TileCounts};
 
 /// A group, read whole: its metadata and members.
 #[derive(Debug)]
@@ -79,6 +81,8 @@ struct Fragments {
     names: Vec<String>,
     /// The fragments the list describes, loaded once.
     described: OnceLock<tiledb::Result<Arc<[Fragment]>>>,
+    /// Their data tiles, from their metadata, loaded once (see [`ArrayObject::tile_counts`]).
+    tiles: OnceLock<Result<Arc<TileCounts>, NotCountable>>,
 }
 
 impl ArrayObject {
@@ -104,6 +108,7 @@ impl ArrayObject {
             fragments: Fragments {
                 names,
                 described: OnceLock::from(Ok(fragments.into())),
+                tiles: OnceLock::new(),
             },
             mount_timestamp_ms: None,
             content_id: String::new(),
@@ -168,6 +173,66 @@ impl ArrayObject {
         let chunks: Chunks = cut()?.map(Into::into);
         *kept = Some((chunk_cells, chunks.clone()));
         Ok(chunks)
+    }
+
+    /// The data tiles of the snapshot's sparse fragments, from their metadata, loaded on the
+    /// first call: what counts cells without reading them (see [`TileCounts`]). With them
+    /// comes the fragment list, when it is not loaded yet.
+    pub fn tile_counts(&self) -> Result<Arc<TileCounts>, NotCountable> {
+        (self.fragments.tiles)
+            .get_or_init(|| self.load_tile_counts().map(Arc::new))
+            .clone()
+    }
+
+    fn load_tile_counts(&self) -> Result<TileCounts, NotCountable> {
+        let integers = self
+            .schema
+            .index_columns()
+            .all(|c| c.arrow_type.is_integer());
+        let capacity = self
+            .schema
+            .tile_cells
+            .filter(|_| integers && !self.schema.dense);
+        let capacity = capacity.ok_or(NotCountable::NotIntegerSparse)?;
+        let unreadable = |e: &dyn std::fmt::Display| NotCountable::Irregular(format!("{e}"));
+        let handle = self.handle().map_err(|e| unreadable(&e))?;
+        let commits = format!("{}/__commits", self.uri.trim_end_matches('/'));
+        let commits = (tiledb::Vfs::new(handle.context()).and_then(|vfs| vfs.ls(&commits)))
+            .map_err(|e| unreadable(&e))?;
+        if commits_may_delete(&commits) {
+            return Err(NotCountable::Deletes);
+        }
+        let info = FragmentInfo::load(handle.context(), &self.uri).map_err(|e| unreadable(&e))?;
+        let dims = (handle.schema().and_then(|s| s.info()))
+            .map_err(|e| unreadable(&e))?
+            .dimensions;
+        let listed = info.fragments(dims.first()).map_err(|e| unreadable(&e))?;
+        let names = &self.fragments.names;
+        let mut snapshot = Vec::new();
+        let mut tiles = Vec::new();
+        for (fid, fragment) in listed.into_iter().enumerate() {
+            if names
+                .binary_search_by(|n| n.as_str().cmp(fragment.name()))
+                .is_err()
+            {
+                continue;
+            }
+            let shape = (info.shape(fid as u32, &dims))
+                .map_err(|e| unreadable(&e))?
+                .ok_or(NotCountable::NotIntegerSparse)?;
+            tiles.push(fragment_tiles(fragment.cell_num, &shape).ok_or_else(|| {
+                NotCountable::Irregular(format!("{}: bounds that are not integers", fragment.uri))
+            })?);
+            snapshot.push(fragment);
+        }
+        if snapshot.len() != names.len() {
+            return Err(NotCountable::Irregular(format!(
+                "{} of the snapshot's fragments have left the fragment list",
+                names.len() - snapshot.len()
+            )));
+        }
+        let _ = self.fragments.described.set(Ok(snapshot.into()));
+        TileCounts::of(&tiles, capacity, self.schema.allows_duplicates)
     }
 
     fn load_fragments(&self) -> tiledb::Result<Arc<[Fragment]>> {
@@ -625,6 +690,7 @@ impl Store {
             fragments: Fragments {
                 names,
                 described: OnceLock::new(),
+                tiles: OnceLock::new(),
             },
             mount_timestamp_ms: self.timestamp_ms,
             content_id: String::new(),
@@ -716,4 +782,20 @@ mod tests {
         duplicates.schema.allows_duplicates = true;
         assert_eq!(told(duplicates), None);
     }
+}
+
+/// A fragment's tiles as [`TileCounts`] takes them; `None` when a bound is not an integer.
+fn fragment_tiles(cells: u64, shape: &FragmentShape) -> Option<FragmentTiles> {
+    let ints = |(lo, hi): &tiledb::Bounds| Some((lo.as_i128()?, hi.as_i128()?));
+    Some(FragmentTiles {
+        cells,
+        non_empty_domain: shape
+            .non_empty_domain
+            .iter()
+            .map(ints)
+            .collect::<Option<_>>()?,
+        tiles_first_dimension: (shape.tiles_first_dimension.iter())
+            .map(ints)
+            .collect::<Option<_>>()?,
+    })
 }

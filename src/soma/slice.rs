@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use log::info;
+
 use crate::digest::Digest;
 use crate::tiledb::{self, Value};
 
@@ -292,12 +294,55 @@ pub fn counted_cells(array: &ArrayObject, selection: &Selection) -> super::Resul
             if let ArrayData::Memory(cells) = array.data() {
                 return Ok(Some(cells.count(array, selection)?));
             }
+            match counted_from_tiles(array, selection) {
+                Ok(cells) => {
+                    info!(
+                        "{}: {cells} cells, counted from fragment metadata",
+                        array.uri
+                    );
+                    return Ok(Some(cells));
+                }
+                Err(why) => info!(
+                    "{}: cells counted by reading their coordinates ({why})",
+                    array.uri
+                ),
+            }
             let _memory = array.memory_budget().take(tiledb::COUNT_MEMORY_BYTES);
             let handle = array.handle()?;
             Ok(Some(tiledb::count_cells(handle, &selection.ranges)?))
         }
         _ => Ok(None),
     }
+}
+
+/// The cells a read of `selection` (ranges, nothing else) of a sparse array returns, from
+/// its fragments' tiles ([`ArrayObject::tile_counts`]): when the ranges of the first index
+/// column fall between tiles, and the other columns are taken whole.
+fn counted_from_tiles(array: &ArrayObject, selection: &Selection) -> Result<u64, String> {
+    if selection.ranges.iter().skip(1).any(|r| !r.is_empty()) {
+        return Err("a range of a column after the first".into());
+    }
+    let tiles = array.tile_counts().map_err(|why| why.to_string())?;
+    let Some(first) = selection.ranges.first().filter(|r| !r.is_empty()) else {
+        return Ok(tiles.total());
+    };
+    let ranges: Option<Vec<(i128, i128)>> = (first.iter())
+        .map(|(lo, hi)| Some((lo.as_i128()?, hi.as_i128()?)))
+        .collect();
+    let mut ranges = ranges.ok_or("ranges that are not integers")?;
+    ranges.sort_unstable();
+    // Overlapping ranges select their rows once.
+    let mut merged: Vec<(i128, i128)> = Vec::new();
+    for (lo, hi) in ranges {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    (merged.iter())
+        .map(|&(lo, hi)| tiles.cells_in(lo, hi))
+        .sum::<Option<u64>>()
+        .ok_or_else(|| "a range's edge inside a tile".into())
 }
 
 /// The first index column's ranges of chunks of about `chunk_cells` stored cells each,
@@ -310,6 +355,13 @@ pub fn chunks(array: &ArrayObject, chunk_cells: u64) -> super::Result<Chunks> {
 /// The chunks of [`chunks`]: cells are taken as spread evenly over each of the [`spans`]
 /// of the first column, which fragment metadata tells without reading.
 fn cut_chunks(array: &ArrayObject, chunk_cells: u64) -> super::Result<Option<Vec<(i128, i128)>>> {
+    if !array.schema.dense && !matches!(array.data(), ArrayData::Memory(_)) {
+        match array.tile_counts() {
+            // Between tiles: every chunk's cells are counted from fragment metadata.
+            Ok(tiles) => return Ok(Some(tiles.chunks(chunk_cells))),
+            Err(why) => info!("{}: chunks cut from estimates ({why})", array.uri),
+        }
+    }
     // Spans of the first column and how many cells each holds.
     let Some(spans) = spans(array)? else {
         return Ok(None);

@@ -738,6 +738,14 @@ impl Enumeration {
     }
 }
 
+/// A sparse fragment's shape, from its metadata: the box its cells lie in, and the range of
+/// the first dimension each of its data tiles covers (its MBR's), in the fragment's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FragmentShape {
+    pub non_empty_domain: Vec<Bounds>,
+    pub tiles_first_dimension: Vec<Bounds>,
+}
+
 impl FragmentInfo {
     /// Loads the fragment list of the array at `uri`: the fragments committed now.
     pub fn load(ctx: &Context, uri: &str) -> Result<FragmentInfo> {
@@ -810,5 +818,73 @@ impl FragmentInfo {
                 })
             })
             .collect()
+    }
+
+    /// Fragment `fid`'s shape when it is sparse and every one of `dims` (the array's
+    /// dimensions) is fixed-size; `None` otherwise. Loads the fragment's R-tree.
+    pub fn shape(&self, fid: u32, dims: &[DimensionInfo]) -> Result<Option<FragmentShape>> {
+        let ctx = &self.ctx;
+        if dims.is_empty() || dims.iter().any(|d| d.cell_val_num == VAR_NUM) {
+            return Ok(None);
+        }
+        let mut tiles = 0u64;
+        // SAFETY: `self.raw` is the loaded fragment info `self` owns; `tiles` is a local.
+        unsafe {
+            tiledb_call!(
+                ctx,
+                tiledb_fragment_info_get_mbr_num(self.raw, fid, &mut tiles)
+            )
+        }?;
+        if tiles == 0 {
+            // A dense fragment (or one without cells): no MBRs.
+            return Ok(None);
+        }
+        // Each call below writes one `[lo, hi]` of a fixed-size dimension: at most
+        // `FIXED_BOUNDS_MAX` bytes, which `buf` holds.
+        let mut buf = [0u8; FIXED_BOUNDS_MAX];
+        let mut non_empty_domain = Vec::with_capacity(dims.len());
+        for (did, dim) in dims.iter().enumerate() {
+            let len = 2 * dim.datatype.size();
+            // SAFETY: `self.raw` is the loaded info, `fid` one of its fragments and `did`
+            // one of the schema's dimensions, fixed-size; `buf` holds its bounds (above).
+            unsafe {
+                tiledb_call!(
+                    ctx,
+                    tiledb_fragment_info_get_non_empty_domain_from_index(
+                        self.raw,
+                        fid,
+                        did as u32,
+                        buf.as_mut_ptr() as *mut c_void
+                    )
+                )
+            }?;
+            non_empty_domain.push(bounds_from_bytes(dim.datatype, &buf[..len])?);
+        }
+        let first = &dims[0];
+        let len = 2 * first.datatype.size();
+        let tiles_first_dimension = (0..tiles)
+            .map(|mid| {
+                let mid = u32::try_from(mid).map_err(|_| Error::new("too many tiles"))?;
+                // SAFETY: as above; `mid` is below the fragment's MBR count, dimension 0
+                // fixed-size, and `buf` holds its bounds.
+                unsafe {
+                    tiledb_call!(
+                        ctx,
+                        tiledb_fragment_info_get_mbr_from_index(
+                            self.raw,
+                            fid,
+                            mid,
+                            0,
+                            buf.as_mut_ptr() as *mut c_void
+                        )
+                    )
+                }?;
+                bounds_from_bytes(first.datatype, &buf[..len])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(FragmentShape {
+            non_empty_domain,
+            tiles_first_dimension,
+        }))
     }
 }

@@ -92,6 +92,7 @@ opaque!(
     tiledb_query_channel_t,
     tiledb_channel_operation_t,
     tiledb_channel_operator_t,
+    tiledb_vfs_t,
 );
 
 /// One dimension's range in an ND rectangle (`ndrectangle_api_external_experimental.h`).
@@ -475,6 +476,20 @@ extern "C" {
         did: u32,
         domain: *mut c_void,
     ) -> capi_return_t;
+    pub fn tiledb_fragment_info_get_mbr_num(
+        ctx: *mut tiledb_ctx_t,
+        fragment_info: *mut tiledb_fragment_info_t,
+        fid: u32,
+        mbr_num: *mut u64,
+    ) -> capi_return_t;
+    pub fn tiledb_fragment_info_get_mbr_from_index(
+        ctx: *mut tiledb_ctx_t,
+        fragment_info: *mut tiledb_fragment_info_t,
+        fid: u32,
+        mid: u32,
+        did: u32,
+        mbr: *mut c_void,
+    ) -> capi_return_t;
 }
 
 extern "C" {
@@ -676,5 +691,22 @@ extern "C" {
     pub fn tiledb_query_channel_free(
         ctx: *mut tiledb_ctx_t,
         channel: *mut *mut tiledb_query_channel_t,
+    ) -> capi_return_t;
+}
+
+extern "C" {
+    // vfs_api_external.h
+    pub fn tiledb_vfs_alloc(
+        ctx: *mut tiledb_ctx_t,
+        config: *mut tiledb_config_t,
+        vfs: *mut *mut tiledb_vfs_t,
+    ) -> capi_return_t;
+    pub fn tiledb_vfs_free(vfs: *mut *mut tiledb_vfs_t);
+    pub fn tiledb_vfs_ls(
+        ctx: *mut tiledb_ctx_t,
+        vfs: *mut tiledb_vfs_t,
+        path: *const c_char,
+        callback: Option<unsafe extern "C" fn(*const c_char, *mut c_void) -> i32>,
+        data: *mut c_void,
     ) -> capi_return_t;
 }

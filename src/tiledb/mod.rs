@@ -22,10 +22,11 @@ mod group;
 mod handle;
 mod metadata;
 mod query;
+mod vfs;
 
 pub use array::{
     Array, ArrayType, AttributeInfo, Bounds, DimensionInfo, EnumerationInfo, Fragment,
-    FragmentInfo, Order, SchemaInfo, VAR_NUM,
+    FragmentInfo, FragmentShape, Order, SchemaInfo, VAR_NUM,
 };
 pub use condition::{Comparison, QueryCondition};
 pub use context::{Config, Context};
@@ -37,6 +38,7 @@ pub use query::{
     count_cells, estimated_cells, null_counts, nulls_countable, Batch, BatchCells, CellEstimate,
     ColumnData, ColumnSpec, Layout, ReadQuery, COUNT_MEMORY_BYTES,
 };
+pub use vfs::Vfs;
 
 mod error;
 
