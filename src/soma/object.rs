@@ -712,6 +712,22 @@ pub fn shows_the_past(timestamp_ms: Option<u64>) -> bool {
     timestamp_ms.is_some_and(|ms| u128::from(ms) <= now_ms)
 }
 
+/// A fragment's tiles as [`TileCounts`] takes them; `None` when a bound is not an integer.
+fn fragment_tiles(cells: u64, shape: &FragmentShape) -> Option<FragmentTiles> {
+    let ints = |(lo, hi): &tiledb::Bounds| Some((lo.as_i128()?, hi.as_i128()?));
+    Some(FragmentTiles {
+        cells,
+        non_empty_domain: shape
+            .non_empty_domain
+            .iter()
+            .map(ints)
+            .collect::<Option<_>>()?,
+        tiles_first_dimension: (shape.tiles_first_dimension.iter())
+            .map(ints)
+            .collect::<Option<_>>()?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -782,20 +798,4 @@ mod tests {
         duplicates.schema.allows_duplicates = true;
         assert_eq!(told(duplicates), None);
     }
-}
-
-/// A fragment's tiles as [`TileCounts`] takes them; `None` when a bound is not an integer.
-fn fragment_tiles(cells: u64, shape: &FragmentShape) -> Option<FragmentTiles> {
-    let ints = |(lo, hi): &tiledb::Bounds| Some((lo.as_i128()?, hi.as_i128()?));
-    Some(FragmentTiles {
-        cells,
-        non_empty_domain: shape
-            .non_empty_domain
-            .iter()
-            .map(ints)
-            .collect::<Option<_>>()?,
-        tiles_first_dimension: (shape.tiles_first_dimension.iter())
-            .map(ints)
-            .collect::<Option<_>>()?,
-    })
 }
