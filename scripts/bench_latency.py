@@ -21,8 +21,15 @@ tiledbsoma already imported, the sides taking turns, best of `--tries`:
 | X slice | `cat ms/RNA/X/data/slices/csv/<first>.csv` | `X.read(coords=(slice,))` + pyarrow CSV |
 | query X | `cat where/<q>/ms/RNA/X/data/data.csv` | `axis_query(value_filter=q).X("data")` + pyarrow CSV |
 | query h5ad | `cat where/<q>/anndata/RNA.h5ad` | `axis_query(value_filter=q).to_anndata()` + `write_h5ad` |
+| X csv | `cat ms/RNA/X/data/data.csv` | `X.read()` + pyarrow CSV |
+| X parquet | `cat ms/RNA/X/data/data.parquet` | `X.read()` + pyarrow Parquet |
+| h5ad | `cat anndata/RNA.h5ad` | `to_anndata(experiment, "RNA")` + `write_h5ad` |
+| ls -l slices | `ls -l ms/RNA/X/data/slices/parquet/` (a Spark driver's listing) | `X.nnz` |
 
-(`ls -R` and the queries run on pbmc, `<q>` being `QUERY`, a sixth of its cells.)
+(`ls -R` and the queries run on pbmc, `<q>` being `QUERY`, a sixth of its cells; the four
+whole-array tasks on appended.) Beside each time: the requests, the bytes of the answers,
+and the rounds; `ls -l slices` also says how many GETs read a tile (any file of a fragment
+but its metadata).
 
 A mount's time counts its start: from the daemon's launch (the root opened before it
 mounts) to the command's end; its requests and rounds are counted from its launch to its
@@ -50,20 +57,22 @@ TASK_TIMEOUT = 300.0
 QUERY = "louvain in ['1', '2']"
 
 
-def mount_side(proxy: LatencyProxy, uri: str, cfg: dict, command: list[str]) -> tuple[float, int, int]:
-    """(seconds, requests, rounds) of a fresh mount and `command` (a list with "{mnt}" in
-    it) on it, from the daemon's launch to the command's end."""
+def mount_side(proxy: LatencyProxy, uri: str, cfg: dict, command: list[str]) -> tuple[float, int, int, int, int]:
+    """(seconds, requests, rounds, bytes, tile reads) of a fresh mount and `command` (a list
+    with "{mnt}" in it) on it, from the daemon's launch to the command's end."""
     proxy.reset()
     t = time.perf_counter()
     with fresh_mount(uri, *config_args(cfg)) as m:
         argv = [a.replace("{mnt}", str(m)) for a in command]
         subprocess.run(argv, stdout=subprocess.DEVNULL, check=True, timeout=TASK_TIMEOUT)
         secs = time.perf_counter() - t
-    return secs, proxy.count(), proxy.rounds()
+    return secs, proxy.count(), proxy.rounds(), proxy.bytes_answered(), proxy.tile_reads()
 
 
-def python_side(proxy: LatencyProxy, cfg: dict, task: str, uri: str, path: list, arg=None) -> tuple[float, int, int]:
-    """(seconds, requests, rounds) of the task in a fresh interpreter, tiledbsoma imported: the
+def python_side(
+    proxy: LatencyProxy, cfg: dict, task: str, uri: str, path: list, arg=None
+) -> tuple[float, int, int, int, int]:
+    """(seconds, requests, rounds, bytes, tile reads) of the task in a fresh interpreter, tiledbsoma imported: the
     store at `uri` opened, then its member at `path` (keys), as the mount reaches it."""
     import json
 
@@ -80,11 +89,11 @@ def python_side(proxy: LatencyProxy, cfg: dict, task: str, uri: str, path: list,
         child.stdin.write("go\n")
         child.stdin.flush()
         line = child.stdout.readline()
-        count, rounds = proxy.count(), proxy.rounds()
+        counts = proxy.count(), proxy.rounds(), proxy.bytes_answered(), proxy.tile_reads()
         child.wait(TASK_TIMEOUT)
         if child.returncode != 0 or not line.strip():
             raise RuntimeError(f"the Python side of {task} failed")
-        return float(line), count, rounds
+        return (float(line), *counts)
     finally:
         if child.poll() is None:
             child.kill()
@@ -121,6 +130,13 @@ def tasks_of(store: str, uri: str, slice_name: str, rows: tuple[int, int]) -> li
             ("query X", uri, ["cat", f"{{mnt}}/where/{QUERY}/{X}/data.csv"], [], QUERY),
             ("query h5ad", uri, ["cat", f"{{mnt}}/where/{QUERY}/anndata/RNA.h5ad"], [], QUERY),
         ]
+    else:
+        out += [
+            ("X csv", uri, ["cat", f"{{mnt}}/{X}/data.csv"], X_KEYS, None),
+            ("X parquet", uri, ["cat", f"{{mnt}}/{X}/data.parquet"], X_KEYS, None),
+            ("h5ad", uri, ["cat", "{mnt}/anndata/RNA.h5ad"], [], None),
+            ("ls -l slices", uri, ["ls", "-l", f"{{mnt}}/{X}/slices/parquet/"], X_KEYS, None),
+        ]
     return out
 
 
@@ -142,7 +158,7 @@ def run(delays: list[float], tries: int, fixtures: Path, appended: Path, only: s
                 for store, name, uri, command, path, arg in tasks:
                     if only and name not in only:
                         continue
-                    best_m = best_p = (float("inf"), 0, 0)
+                    best_m = best_p = (float("inf"), 0, 0, 0, 0)
                     for _ in range(tries):
                         best_m = min(best_m, mount_side(proxy, uri, cfg, command))
                         best_p = min(best_p, python_side(proxy, cfg, name, uri, path, arg))
@@ -150,12 +166,14 @@ def run(delays: list[float], tries: int, fixtures: Path, appended: Path, only: s
                     print(f"  {delay:g} ms {store} {name}: {best_m[0]:.2f}s/{best_m[1]}/{best_m[2]} "
                           f"vs {best_p[0]:.2f}s/{best_p[1]}/{best_p[2]}", file=sys.stderr, flush=True)
     print()
-    print(f"times best of {tries}, with the mount's start; requests and rounds of the best try")
+    print(f"times best of {tries}, with the mount's start; requests, rounds, MB answered and tile")
+    print("GETs of the best try, mount/python")
     print(f"{'delay':>5} {'store':<8} {'task':<12} {'mount':>7} {'python':>7} {'speed-up':>8} "
-          f"{'requests':>9} {'rounds':>7}")
-    for delay, store, name, (tm, rm, km), (tp, rp, kp) in rows:
+          f"{'requests':>9} {'rounds':>7} {'MB':>13} {'tile GETs':>9}")
+    for delay, store, name, (tm, rm, km, bm, gm), (tp, rp, kp, bp, gp) in rows:
+        mb = f"{bm / 1e6:.1f}/{bp / 1e6:.1f}"
         print(f"{delay:>3g}ms {store:<8} {name:<12} {tm:>6.2f}s {tp:>6.2f}s {tp / tm:>7.2f}x "
-              f"{rm:>4}/{rp:<4} {km:>3}/{kp:<3}")
+              f"{rm:>4}/{rp:<4} {km:>3}/{kp:<3} {mb:>13} {gm:>4}/{gp:<4}")
     return 0
 
 

@@ -168,6 +168,14 @@ def latency_task(cfg: dict, task: str, uri: str, path: list, arg) -> None:
         if task == "ls -R":
             _walk_metadata(root)
             return
+        if task == "h5ad":
+            import tiledbsoma.io
+
+            out = tempfile.mkdtemp()
+            tiledbsoma.io.to_anndata(root, measurement_name="RNA", X_layer_name="data").write_h5ad(
+                os.path.join(out, "whole.h5ad")
+            )
+            return
         a = root
         for key in path:
             a = a[key]
@@ -185,6 +193,12 @@ def latency_task(cfg: dict, task: str, uri: str, path: list, arg) -> None:
                 else:
                     out = tempfile.mkdtemp()
                     q.to_anndata(X_name="data").write_h5ad(os.path.join(out, "q.h5ad"))
+        elif task == "X csv":
+            pacsv.write_csv(a.read().tables().concat(), io.BytesIO())
+        elif task == "X parquet":
+            pq.write_table(a.read().tables().concat(), io.BytesIO())
+        elif task == "ls -l slices":
+            _ = a.nnz
         elif task == "X slice":
             t = a.read(coords=(slice(arg[0], arg[1]),)).tables().concat()
             pacsv.write_csv(t, io.BytesIO())

@@ -113,6 +113,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+            proxy._count_bytes(len(data))
         if resp.will_close:
             self.server.drop_upstream_connection()
 
@@ -212,6 +213,7 @@ class LatencyProxy(ServedOnAThread):
         self._requests: list[tuple[str, str]] = []
         # [sent, answered] of each request (time.monotonic()), answered None until it is.
         self._spans: list[list] = []
+        self._bytes = 0
         self._server = _Server(("127.0.0.1", port), self)
 
     def set_delay(self, delay_ms: float) -> None:
@@ -227,11 +229,30 @@ class LatencyProxy(ServedOnAThread):
             self._spans.append(span)
         return span
 
+    def _count_bytes(self, n: int) -> None:
+        with self._lock:
+            self._bytes += n
+
     def reset(self) -> None:
         """Forget the requests seen so far."""
         with self._lock:
             self._requests.clear()
             self._spans = []
+            self._bytes = 0
+
+    def bytes_answered(self) -> int:
+        """The bytes of the answers' bodies since the last reset."""
+        with self._lock:
+            return self._bytes
+
+    def tile_reads(self) -> int:
+        """GETs since the last reset of a fragment's files other than its metadata: reads
+        of tiles."""
+        return sum(
+            1
+            for m, t in self.requests()
+            if m == "GET" and "/__fragments/" in key_of(t) and not key_of(t).endswith("/__fragment_metadata.tdb")
+        )
 
     def rounds(self) -> int:
         """Round trips since the last reset: the longest chain of requests each sent after
