@@ -123,9 +123,9 @@ impl TileCounts {
         Some(cells)
     }
 
-    /// Ranges of rows, in order, that cover every tile, each of about `chunk_cells` cells
-    /// or more and holding whole tiles only: cut where no tile holds rows on both sides.
-    /// Each reaches to where the next begins.
+    /// Ranges of rows, in order, that cover every tile, each of at most `chunk_cells` cells
+    /// (unless tiles that share rows hold more) and holding whole tiles only: cut where no
+    /// tile holds rows on both sides. Each reaches to where the next begins.
     pub fn chunks(&self, chunk_cells: u64) -> Vec<(i128, i128)> {
         // Blocks: runs of tiles that share rows, which a cut cannot part.
         let mut blocks: Vec<Tile> = Vec::new();
@@ -142,7 +142,7 @@ impl TileCounts {
         let mut filled = 0;
         for block in blocks {
             match chunks.last_mut() {
-                Some(chunk) if filled < chunk_cells.max(1) => chunk.1 = block.last,
+                Some(chunk) if filled + block.cells <= chunk_cells.max(1) => chunk.1 = block.last,
                 _ => {
                     if let Some(chunk) = chunks.last_mut() {
                         chunk.1 = block.first - 1;
@@ -267,12 +267,12 @@ mod tests {
         let tiles = [(0, 4), (5, 9), (10, 14), (20, 25), (25, 29), (40, 44)];
         let counts = TileCounts::of(&[fragment(60, &tiles)], 10, false).unwrap();
         let chunks = counts.chunks(20);
-        assert_eq!(chunks, [(0, 9), (10, 39), (40, 44)]);
+        assert_eq!(chunks, [(0, 9), (10, 19), (20, 39), (40, 44)]);
         for &(first, last) in &chunks {
             let cells = counts
                 .cells_in(first, last)
                 .expect("a chunk holds whole tiles");
-            assert!(cells >= 10);
+            assert!((10..=20).contains(&cells));
         }
         let total: u64 = chunks
             .iter()
@@ -284,6 +284,7 @@ mod tests {
             counts.chunks(1),
             [(0, 4), (5, 9), (10, 19), (20, 39), (40, 44)]
         );
+        assert_eq!(counts.chunks(15), counts.chunks(1));
         assert_eq!(counts.chunks(1000), [(0, 44)]);
     }
 }
