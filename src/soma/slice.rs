@@ -352,13 +352,26 @@ pub fn chunks(array: &ArrayObject, chunk_cells: u64) -> super::Result<Chunks> {
     array.chunks_of(chunk_cells, || cut_chunks(array, chunk_cells))
 }
 
-/// The chunks of [`chunks`]: cells are taken as spread evenly over each of the [`spans`]
+/// How many times `--chunk-cells` a chunk cut between tiles may hold: where tiles that
+/// share rows hold more (a fragment whose tiles cross every band, say), chunks are cut from
+/// estimates, and counted from the coordinates.
+const TILE_CHUNK_SPREAD: u64 = 4;
+
+/// The chunks of [`chunks`]: cut between the data tiles where fragment metadata tells
+/// them and they lie close enough; otherwise cells are taken as spread evenly over each of the [`spans`]
 /// of the first column, which fragment metadata tells without reading.
 fn cut_chunks(array: &ArrayObject, chunk_cells: u64) -> super::Result<Option<Vec<(i128, i128)>>> {
     if !array.schema.dense && !matches!(array.data(), ArrayData::Memory(_)) {
         match array.tile_counts() {
             // Between tiles: every chunk's cells are counted from fragment metadata.
-            Ok(tiles) => return Ok(Some(tiles.chunks(chunk_cells))),
+            Ok(tiles) if tiles.largest_block() <= TILE_CHUNK_SPREAD * chunk_cells => {
+                return Ok(Some(tiles.chunks(chunk_cells)))
+            }
+            Ok(tiles) => info!(
+                "{}: chunks cut from estimates (tiles that share rows hold {} cells)",
+                array.uri,
+                tiles.largest_block()
+            ),
             Err(why) => info!("{}: chunks cut from estimates ({why})", array.uri),
         }
     }

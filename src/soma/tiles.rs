@@ -127,20 +127,9 @@ impl TileCounts {
     /// (unless tiles that share rows hold more) and holding whole tiles only: cut where no
     /// tile holds rows on both sides. Each reaches to where the next begins.
     pub fn chunks(&self, chunk_cells: u64) -> Vec<(i128, i128)> {
-        // Blocks: runs of tiles that share rows, which a cut cannot part.
-        let mut blocks: Vec<Tile> = Vec::new();
-        for tile in &self.tiles {
-            match blocks.last_mut() {
-                Some(block) if tile.first <= block.last => {
-                    block.last = block.last.max(tile.last);
-                    block.cells += tile.cells;
-                }
-                _ => blocks.push(*tile),
-            }
-        }
         let mut chunks: Vec<(i128, i128)> = Vec::new();
         let mut filled = 0;
-        for block in blocks {
+        for block in self.blocks() {
             match chunks.last_mut() {
                 Some(chunk) if filled + block.cells <= chunk_cells.max(1) => chunk.1 = block.last,
                 _ => {
@@ -154,6 +143,48 @@ impl TileCounts {
             filled += block.cells;
         }
         chunks
+    }
+
+    /// The most cells that tiles sharing rows hold together: the smallest a chunk between
+    /// tiles can be made.
+    pub fn largest_block(&self) -> u64 {
+        self.blocks().iter().map(|b| b.cells).max().unwrap_or(0)
+    }
+
+    /// The [`chunks`](TileCounts::chunks) of about `cells` cells of the tiles in rows
+    /// `first..=last`, the first from `first`, the last to `last`; `None` when a tile holds
+    /// rows on both sides of an edge of the range.
+    pub fn chunks_within(&self, first: i128, last: i128, cells: u64) -> Option<Vec<(i128, i128)>> {
+        self.cells_in(first, last)?;
+        let inside = TileCounts {
+            tiles: (self.tiles.iter())
+                .filter(|t| t.last >= first && t.first <= last)
+                .copied()
+                .collect(),
+        };
+        let mut chunks = inside.chunks(cells);
+        if let Some(chunk) = chunks.first_mut() {
+            chunk.0 = first;
+        }
+        if let Some(chunk) = chunks.last_mut() {
+            chunk.1 = last;
+        }
+        Some(chunks)
+    }
+
+    /// Runs of tiles that share rows, which a cut between tiles cannot part.
+    fn blocks(&self) -> Vec<Tile> {
+        let mut blocks: Vec<Tile> = Vec::new();
+        for tile in &self.tiles {
+            match blocks.last_mut() {
+                Some(block) if tile.first <= block.last => {
+                    block.last = block.last.max(tile.last);
+                    block.cells += tile.cells;
+                }
+                _ => blocks.push(*tile),
+            }
+        }
+        blocks
     }
 }
 
@@ -285,6 +316,15 @@ mod tests {
             [(0, 4), (5, 9), (10, 19), (20, 39), (40, 44)]
         );
         assert_eq!(counts.chunks(15), counts.chunks(1));
+        assert_eq!(counts.largest_block(), 20);
+        // Within a range between tiles: from its first row to its last.
+        assert_eq!(
+            counts.chunks_within(-3, 19, 20),
+            Some(vec![(-3, 9), (10, 19)])
+        );
+        assert_eq!(counts.chunks_within(15, 100, 1000), Some(vec![(15, 100)]));
+        assert_eq!(counts.chunks_within(30, 35, 1000), Some(vec![]));
+        assert_eq!(counts.chunks_within(0, 22, 20), None);
         assert_eq!(counts.chunks(1000), [(0, 44)]);
     }
 }

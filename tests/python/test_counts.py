@@ -6,13 +6,15 @@ coordinates otherwise. Either way the sizes are exact.
 Each store is one SparseNDArray written with tiledbsoma in 1 to 4 fragments, at increasing
 timestamps, with a small capacity and small tile extents (many tiles, many chunks):
 
-- appended: each fragment writes rows no other one holds (their boxes apart): counted
-  from fragment metadata;
+- appended: each fragment writes rows no other one holds (their boxes apart): the whole
+  array counted from fragment metadata, and each chunk too where it is cut between tiles
+  (tiles that share rows are never parted, and where they hold more than four chunks'
+  cells the chunks are cut from estimates and counted from the coordinates);
 - overwritten: a later fragment writes again some cells an earlier one holds (their boxes
   overlap; the later value wins): counted by reading the coordinates;
 - deleted: some rows deleted after they were written: counted by reading the coordinates.
 
-On a fresh mount (-v, small --chunk-cells), for every file of `slices/parquet/` and for
+On a fresh mount (-v, a --chunk-cells of 300 or of 100,000), for every file of `slices/parquet/` and for
 `data.parquet`: the size `stat` shows first is the size of the bytes read, and the rows are
 tiledbsoma's read of the same range. The daemon's log says which way each count went.
 
@@ -38,7 +40,6 @@ from harness.mount import mount_guard
 
 KINDS = ("appended", "overwritten", "deleted")
 SEEDS = range(4)
-CHUNK_CELLS = 300
 FROM_METADATA = "counted from fragment metadata"
 FROM_COORDINATES = "counted by reading their coordinates"
 
@@ -126,13 +127,14 @@ def check_file(path: Path, expected: pa.Table) -> None:
         assert got.column(column).to_pylist() == expected.column(column).to_pylist(), f"{path.name}: {column}"
 
 
+@pytest.mark.parametrize("chunk_cells", [300, 100_000])
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kind", KINDS)
-def test_parquet_sizes_are_exact_and_counted_from_metadata_where_fragments_allow(tmp_path, kind, seed):
+def test_parquet_sizes_are_exact_and_counted_from_metadata_where_fragments_allow(tmp_path, kind, seed, chunk_cells):
     uri = str(tmp_path / "X")
     build(uri, kind, seed)
     log = tmp_path / "daemon.log"
-    with mount_guard(uri, "-v", "--chunk-cells", str(CHUNK_CELLS), log=log) as mp:
+    with mount_guard(uri, "-v", "--chunk-cells", str(chunk_cells), log=log) as mp:
         parquet = Path(mp) / "slices" / "parquet"
         names = sorted(os.listdir(parquet), key=lambda n: chunk_range(n)[0])
         assert names, "slices/parquet/ lists the chunks"
@@ -151,7 +153,12 @@ def test_parquet_sizes_are_exact_and_counted_from_metadata_where_fragments_allow
         check_file(Path(mp) / "data.parquet", whole)
     text = log.read_text()
     if kind == "appended":
-        assert FROM_METADATA in text and FROM_COORDINATES not in text, text[-3000:]
+        # The whole array's edges fall between tiles; a chunk's do where tiles leave room.
+        assert f": {whole.num_rows} cells, {FROM_METADATA}" in text, text[-3000:]
+        assert f"{FROM_COORDINATES} (fragments overlap)" not in text, text[-3000:]
+        if chunk_cells >= 100_000:
+            # Every chunk between tiles (there is room for all of them): nothing read.
+            assert FROM_COORDINATES not in text, text[-3000:]
     else:
         why = "fragments overlap" if kind == "overwritten" else "cells may have been deleted"
         assert f"{FROM_COORDINATES} ({why})" in text, text[-3000:]

@@ -513,6 +513,15 @@ pub(super) fn band_runs_of(
     let cells_per_band = (u128::from(expected_cells) * extent.max(1) as u128
         / selected_rows.max(1) as u128)
         .min(u128::from(u64::MAX)) as u64;
+    if let Some(mut runs) = tile_runs(array, &selected) {
+        if runs.is_empty() {
+            runs.push_back(Run::new());
+        }
+        return BandRuns {
+            runs,
+            cells_per_band,
+        };
+    }
     let mut pieces = VecDeque::new();
     for (i, range) in selected.into_iter().enumerate() {
         pieces.extend(band_runs(range, extent, origin, cells_per_band, i == 0));
@@ -532,6 +541,20 @@ pub(super) fn band_runs_of(
         runs,
         cells_per_band,
     }
+}
+
+/// The runs of a band-sorted read of one range of rows, `selected` (as [`stored_rows`]
+/// gives it), cut between the array's data tiles ([`ArrayObject::tile_counts`]): each run
+/// reads its tiles whole and no other run reads them, and its batches of whole tiles end at
+/// tile edges, so no tile is fetched twice. `None` for several ranges, or where the tiles
+/// are not known or one holds rows on both sides of an edge of the range.
+fn tile_runs(array: &ArrayObject, selected: &[(i128, i128)]) -> Option<VecDeque<Run>> {
+    let [(first, last)] = selected else {
+        return None;
+    };
+    let tiles = array.tile_counts().ok()?;
+    let chunks = tiles.chunks_within(*first, *last, CELLS_PER_QUERY)?;
+    Some(chunks.into_iter().map(|chunk| vec![chunk]).collect())
 }
 
 /// The cells `array` stores in a band of `extent` rows, taken as spread evenly over the rows
