@@ -237,3 +237,30 @@ pub fn sparse_cells(batch_rows: usize) -> MemoryCells {
     );
     MemoryCells::new(batch.expect("the matrix's schema"), batch_rows)
 }
+
+/// The value of cell `(i, j)` of [`dense_cells`].
+pub fn dense_value(i: i64, j: i64) -> f32 {
+    (i * 10 + j) as f32 - 0.75
+}
+
+/// Every cell of [`dense_array`]'s 100 x 10 domain, in batches of `batch_rows`, holding
+/// [`dense_value`].
+pub fn dense_cells(batch_rows: usize) -> MemoryCells {
+    let SomaObject::Array(matrix) = dense_array("mem://cells") else {
+        unreachable!("dense_array makes an array")
+    };
+    let cells: Vec<(i64, i64)> = (0..100)
+        .flat_map(|i| (0..10).map(move |j| (i, j)))
+        .collect();
+    let batch = RecordBatch::try_new(
+        matrix.schema.arrow_of(&matrix.schema.columns),
+        vec![
+            Arc::new(Int64Array::from_iter_values(cells.iter().map(|c| c.0))),
+            Arc::new(Int64Array::from_iter_values(cells.iter().map(|c| c.1))),
+            Arc::new(Float32Array::from_iter_values(
+                cells.iter().map(|&(i, j)| dense_value(i, j)),
+            )),
+        ],
+    );
+    MemoryCells::new(batch.expect("the matrix's schema"), batch_rows)
+}
