@@ -2,16 +2,19 @@
 
 use super::*;
 
+/// An entry of a matrix: its feature's 1-based position, its barcode's, its value.
+type Entry = (usize, usize, f32);
+
 /// A MatrixMarket file, parsed: its header line, its size line (features, barcodes,
-/// entries) and its entries (feature, barcode, value), sorted.
-fn mtx(text: &str) -> (String, (usize, usize, usize), Vec<(usize, usize, f32)>) {
+/// entries) and its entries, sorted.
+fn mtx(text: &str) -> (String, (usize, usize, usize), Vec<Entry>) {
     let mut lines = text.lines();
     let header = lines.next().unwrap().to_owned();
     let mut data = lines.filter(|l| !l.starts_with('%'));
     let size: Vec<usize> = (data.next().unwrap().split(' '))
         .map(|n| n.parse().unwrap())
         .collect();
-    let mut entries: Vec<(usize, usize, f32)> = data
+    let mut entries: Vec<Entry> = data
         .map(|line| {
             let fields: Vec<&str> = line.split(' ').collect();
             assert_eq!(fields.len(), 3, "{line}");
@@ -23,19 +26,19 @@ fn mtx(text: &str) -> (String, (usize, usize, usize), Vec<(usize, usize, f32)>) 
             )
         })
         .collect();
-    entries.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    entries.sort_by_key(|e| (e.0, e.1));
     (header, (size[0], size[1], size[2]), entries)
 }
 
 /// X's entries of the cells `cells` (in join id order), as the matrix holds them: the
 /// feature's 1-based position, the barcode's, the value.
-fn entries_of(cells: &[i64]) -> Vec<(usize, usize, f32)> {
-    let mut entries: Vec<(usize, usize, f32)> = (cells.iter().enumerate())
+fn entries_of(cells: &[i64]) -> Vec<Entry> {
+    let mut entries: Vec<Entry> = (cells.iter().enumerate())
         .flat_map(|(n, &i)| {
             sparse_row_columns(i).map(|j| (j as usize + 1, n + 1, sparse_value(i, j)))
         })
         .collect();
-    entries.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    entries.sort_by_key(|e| (e.0, e.1));
     entries
 }
 
