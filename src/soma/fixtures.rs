@@ -92,22 +92,29 @@ pub fn dataframe(uri: &str, fragment: &str) -> SomaObject {
         ordered: false,
         values: vec![Value::Text("a".into()), Value::Text("b/c".into())],
     });
-    let schema = SomaSchema::sparse_frame(vec![
+    let columns = vec![
         column("soma_joinid", Datatype::Int64, DataType::Int64, true),
         column("x", Datatype::Float64, DataType::Float64, false),
         category,
-    ]);
+    ];
+    frame_of(uri, fragment, columns, 100)
+}
+
+/// A data frame of `columns` (`soma_joinid` first) storing join ids `0..rows` in one
+/// fragment, described only.
+pub fn frame_of(uri: &str, fragment: &str, columns: Vec<Column>, rows: i64) -> SomaObject {
+    let stored = (Value::Int(0), Value::Int(rows - 1));
     let fragments = vec![Fragment {
         uri: fragment.to_owned(),
-        cell_num: 100,
-        first_dimension: Some((Value::Int(0), Value::Int(99))),
+        cell_num: rows as u64,
+        first_dimension: Some(stored.clone()),
     }];
     SomaObject::Array(Arc::new(ArrayObject::described(
         uri,
         SomaType::DataFrame,
         text_metadata(&[("soma_object_type", "SOMADataFrame")]),
-        schema,
-        vec![Some((Value::Int(0), Value::Int(99)))],
+        SomaSchema::sparse_frame(columns),
+        vec![Some(stored)],
         fragments,
     )))
 }

@@ -21,6 +21,7 @@ mod opens;
 mod queries;
 mod slices;
 mod tenx;
+mod values;
 
 const OBS: &str = "mem://exp/obs";
 const X: &str = "mem://exp/ms/RNA/X/data";
