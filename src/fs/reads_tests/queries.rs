@@ -167,3 +167,30 @@ fn a_var_filter_on_a_missing_column_is_a_directory_holding_error_txt() {
         "nothing read"
     );
 }
+
+#[test]
+fn two_spellings_of_one_filter_share_their_cache_entry() {
+    let m = mounted_with_cells(dataframe_cells(7));
+    let first = query(&m, "x < 10 and cell_type == 'a'");
+    let reads = reads_of(&m.store, OBS);
+    // Other spaces, quotes, the order of a comparison's sides, `attr()`: one entry.
+    let second = query(&m, "10>x and attr(\"cell_type\")==\"a\"");
+    assert_eq!(second, first);
+    assert_eq!(reads_of(&m.store, OBS), reads, "served from the cache");
+}
+
+#[test]
+fn a_querys_parquet_keeps_the_frames_schema_and_holds_its_rows() {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    let m = mounted_with_cells(dataframe_cells(7));
+    let bytes = m.read_all("obs/where/cell_type in ['b%2Fc']/data.parquet");
+    let rows = parquet_rows(&bytes.unwrap());
+    assert!(matches!(
+        rows.schema().field(2).data_type(),
+        arrow_schema::DataType::Dictionary(_, _)
+    ));
+    let ids = rows.column(0).as_primitive::<Int64Type>().values().to_vec();
+    let odd: Vec<i64> = (0..100).filter(|j| label(*j) == Some("b/c")).collect();
+    assert_eq!(ids, odd);
+}

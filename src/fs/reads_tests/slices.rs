@@ -155,3 +155,20 @@ fn json_rows(text: &str) -> Vec<i64> {
         })
         .collect()
 }
+
+#[test]
+fn small_listed_files_whole_and_of_a_label_have_their_exact_size_at_their_first_stat() {
+    // Below the materialize limit a listed file is generated whole by its first stat; a
+    // category's is estimated from its own cells.
+    let m = mounted_with_cells(dataframe_cells(7));
+    for path in [
+        "obs/data.csv",
+        "obs/data.jsonl",
+        "obs/by/cell_type/a/data.csv",
+        "obs/by/cell_type/__null__/data.tsv",
+    ] {
+        let attr = m.stat(path).unwrap();
+        assert!(attr.size_known, "{path}: {attr:?}");
+        assert_eq!(attr.size, m.read_all(path).unwrap().len() as u64, "{path}");
+    }
+}
