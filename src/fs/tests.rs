@@ -155,7 +155,7 @@ pub(super) fn mount_with(store: Arc<FakeStore>, ttl: Duration) -> Mounted {
 }
 
 /// A mount whose root is the object at `root`.
-fn mount_at(store: Arc<FakeStore>, root: &str, ttl: Duration) -> Mounted {
+pub(super) fn mount_at(store: Arc<FakeStore>, root: &str, ttl: Duration) -> Mounted {
     mount_materializing(store, root, ttl, 64 << 20)
 }
 
@@ -220,7 +220,7 @@ impl Mounted {
         answered(|answer| self.tree.readdir(ino, answer))
     }
 
-    fn names(&self, ino: Ino) -> Vec<String> {
+    pub(super) fn names(&self, ino: Ino) -> Vec<String> {
         let entries = self.readdir(ino).unwrap();
         entries.into_iter().map(|(_, _, name)| name).collect()
     }
@@ -254,6 +254,15 @@ impl Mounted {
         };
         self.tree.release(opened.fh);
         result
+    }
+
+    /// At most `size` bytes of the file at `path` from `offset`, in one read of one open.
+    pub(super) fn read_at(&self, path: &str, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
+        let attr = self.stat(path)?;
+        let opened = self.open(attr.ino)?;
+        let bytes = answered(|answer| self.tree.read(opened.fh, offset, size, answer));
+        self.tree.release(opened.fh);
+        bytes.map_err(|e| FsError::io("read", e))
     }
 
     pub(super) fn read(&self, path: &str) -> Result<Vec<u8>, FsError> {

@@ -92,22 +92,29 @@ pub fn dataframe(uri: &str, fragment: &str) -> SomaObject {
         ordered: false,
         values: vec![Value::Text("a".into()), Value::Text("b/c".into())],
     });
-    let schema = SomaSchema::sparse_frame(vec![
+    let columns = vec![
         column("soma_joinid", Datatype::Int64, DataType::Int64, true),
         column("x", Datatype::Float64, DataType::Float64, false),
         category,
-    ]);
+    ];
+    frame_of(uri, fragment, columns, 100)
+}
+
+/// A data frame of `columns` (`soma_joinid` first) storing join ids `0..rows` in one
+/// fragment, described only.
+pub fn frame_of(uri: &str, fragment: &str, columns: Vec<Column>, rows: i64) -> SomaObject {
+    let stored = (Value::Int(0), Value::Int(rows - 1));
     let fragments = vec![Fragment {
         uri: fragment.to_owned(),
-        cell_num: 100,
-        first_dimension: Some((Value::Int(0), Value::Int(99))),
+        cell_num: rows as u64,
+        first_dimension: Some(stored.clone()),
     }];
     SomaObject::Array(Arc::new(ArrayObject::described(
         uri,
         SomaType::DataFrame,
         text_metadata(&[("soma_object_type", "SOMADataFrame")]),
-        schema,
-        vec![Some((Value::Int(0), Value::Int(99)))],
+        SomaSchema::sparse_frame(columns),
+        vec![Some(stored)],
         fragments,
     )))
 }
@@ -232,6 +239,33 @@ pub fn sparse_cells(batch_rows: usize) -> MemoryCells {
             Arc::new(Int64Array::from_iter_values(cells.iter().map(|c| c.1))),
             Arc::new(Float32Array::from_iter_values(
                 cells.iter().map(|&(i, j)| sparse_value(i, j)),
+            )),
+        ],
+    );
+    MemoryCells::new(batch.expect("the matrix's schema"), batch_rows)
+}
+
+/// The value of cell `(i, j)` of [`dense_cells`].
+pub fn dense_value(i: i64, j: i64) -> f32 {
+    (i * 10 + j) as f32 - 0.75
+}
+
+/// Every cell of [`dense_array`]'s 100 x 10 domain, in batches of `batch_rows`, holding
+/// [`dense_value`].
+pub fn dense_cells(batch_rows: usize) -> MemoryCells {
+    let SomaObject::Array(matrix) = dense_array("mem://cells") else {
+        unreachable!("dense_array makes an array")
+    };
+    let cells: Vec<(i64, i64)> = (0..100)
+        .flat_map(|i| (0..10).map(move |j| (i, j)))
+        .collect();
+    let batch = RecordBatch::try_new(
+        matrix.schema.arrow_of(&matrix.schema.columns),
+        vec![
+            Arc::new(Int64Array::from_iter_values(cells.iter().map(|c| c.0))),
+            Arc::new(Int64Array::from_iter_values(cells.iter().map(|c| c.1))),
+            Arc::new(Float32Array::from_iter_values(
+                cells.iter().map(|&(i, j)| dense_value(i, j)),
             )),
         ],
     );

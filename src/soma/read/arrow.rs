@@ -193,3 +193,150 @@ pub(super) fn to_arrow(
     };
     Ok(array)
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float32Type, Int64Type};
+    use arrow_array::Array as _;
+
+    use super::*;
+    use crate::soma::read::test_arrays::*;
+    use crate::tiledb::Datatype;
+
+    #[test]
+    fn offsets_that_start_at_zero_and_never_decrease_are_taken_for_the_cells_read() {
+        let offsets = large_offsets(vec![0, 3, 3, 7, 99], 3).unwrap();
+        // `cells + 1` offsets: what lies past them is not the read's.
+        assert_eq!(offsets.as_ref(), &[0, 3, 3, 7]);
+        let empty = large_offsets(vec![0], 0).unwrap();
+        assert_eq!(empty.as_ref(), &[0]);
+    }
+
+    #[test]
+    fn offsets_that_decrease_or_are_negative_as_arrows_or_too_few_are_an_error() {
+        // Arrow's offsets are i64: above i64::MAX is negative to it.
+        for (offsets, cells) in [
+            (vec![0, 5, 4], 2),
+            (vec![u64::MAX, u64::MAX], 1),
+            (vec![0, 1 << 63], 1),
+            (vec![0, 1], 2),
+            (vec![], 0),
+        ] {
+            assert!(
+                large_offsets(offsets.clone(), cells).is_err(),
+                "{offsets:?} for {cells} cells"
+            );
+        }
+    }
+
+    #[test]
+    fn a_values_buffer_holds_the_bytes_aligned_for_any_primitive() {
+        for len in [0, 1, 3, 8, 17, 64, 1000] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+            let buffer = values_buffer(bytes.clone());
+            assert_eq!(buffer.as_slice(), bytes.as_slice(), "{len}");
+            assert_eq!(buffer.as_ptr().align_offset(16), 0, "{len}");
+        }
+    }
+
+    #[test]
+    fn labels_are_an_array_of_the_enumerations_value_type() {
+        let text = EnumerationInfo {
+            datatype: Datatype::StringUtf8,
+            ordered: false,
+            values: vec![Value::Text("a".into()), Value::Text("b/c".into())],
+        };
+        let labels = labels_array(&text).unwrap();
+        let labels: Vec<Option<&str>> = labels.as_string::<i64>().iter().collect();
+        assert_eq!(labels, [Some("a"), Some("b/c")]);
+        let numbers = EnumerationInfo {
+            datatype: Datatype::Int64,
+            ordered: true,
+            values: vec![Value::Int(-3), Value::Int(40)],
+        };
+        let labels = labels_array(&numbers).unwrap();
+        assert_eq!(
+            labels.as_primitive::<Int64Type>().values().as_ref(),
+            &[-3, 40]
+        );
+        let none = EnumerationInfo {
+            values: Vec::new(),
+            ..numbers
+        };
+        assert_eq!(labels_array(&none).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn a_nullable_column_is_null_where_its_validity_is_zero() {
+        let v = value_column("v");
+        let values: Vec<u8> = [1.5f32, 2.5, 3.5]
+            .iter()
+            .flat_map(|f| f.to_ne_bytes())
+            .collect();
+        let data = ColumnData {
+            data: values,
+            offsets: None,
+            validity: Some(vec![1, 0, 7]),
+        };
+        let array = to_arrow(&v, data, 3, None).unwrap();
+        let floats: Vec<Option<f32>> = array.as_primitive::<Float32Type>().iter().collect();
+        assert_eq!(floats, [Some(1.5), None, Some(3.5)]);
+    }
+
+    #[test]
+    fn a_text_column_is_cut_at_its_offsets_and_a_bad_one_is_an_error() {
+        let name = text_index("name");
+        let data = |offsets: Vec<u64>| ColumnData {
+            data: b"abcdef".to_vec(),
+            offsets: Some(offsets),
+            validity: None,
+        };
+        let array = to_arrow(&name, data(vec![0, 1, 1, 6]), 3, None).unwrap();
+        let texts: Vec<Option<&str>> = array.as_string::<i64>().iter().collect();
+        assert_eq!(texts, [Some("a"), Some(""), Some("bcdef")]);
+        assert!(to_arrow(&name, data(vec![0, 4, 2, 6]), 3, None).is_err());
+        let no_offsets = ColumnData {
+            offsets: None,
+            ..data(vec![])
+        };
+        assert!(to_arrow(&name, no_offsets, 3, None).is_err());
+    }
+
+    #[test]
+    fn an_enumerated_column_is_a_dictionary_over_its_labels() {
+        let enumeration = EnumerationInfo {
+            datatype: Datatype::StringUtf8,
+            ordered: false,
+            values: vec![Value::Text("a".into()), Value::Text("b/c".into())],
+        };
+        let column = Column {
+            datatype: Datatype::Int8,
+            arrow_type: DataType::Dictionary(
+                Box::new(DataType::Int8),
+                Box::new(DataType::LargeUtf8),
+            ),
+            enumeration: Some(enumeration.clone()),
+            ..value_column("cell_type")
+        };
+        let labels = labels_array(&enumeration).unwrap();
+        let data = ColumnData {
+            data: vec![1, 0, 1],
+            offsets: None,
+            validity: Some(vec![1, 1, 0]),
+        };
+        let array = to_arrow(&column, data, 3, Some(&labels)).unwrap();
+        let plain = arrow_cast::cast(&array, &DataType::LargeUtf8).unwrap();
+        let texts: Vec<Option<&str>> = plain.as_string::<i64>().iter().collect();
+        assert_eq!(texts, [Some("b/c"), Some("a"), None]);
+        let data = ColumnData {
+            data: vec![0],
+            offsets: None,
+            validity: None,
+        };
+        assert!(
+            to_arrow(&column, data, 1, None).is_err(),
+            "labels are needed"
+        );
+    }
+}

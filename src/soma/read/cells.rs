@@ -440,4 +440,120 @@ mod tests {
         assert!(read.next_batch().unwrap().is_some());
         assert!(read.next_batch().is_err());
     }
+
+    /// The frame of [`crate::soma::fixtures::dataframe`] and its cells.
+    fn fixture_frame() -> (ArrayObject, MemoryCells) {
+        use crate::soma::fixtures::{dataframe, dataframe_cells};
+        let crate::soma::SomaObject::Array(frame) = dataframe("mem://f", "f") else {
+            unreachable!("dataframe makes an array")
+        };
+        let frame = Arc::try_unwrap(frame).expect("not shared");
+        (frame, dataframe_cells(7))
+    }
+
+    fn labelled(label: Option<&str>) -> Selection {
+        Selection {
+            equals: Some(("cell_type".into(), label.map(|l| Value::Text(l.into())))),
+            ..Selection::default()
+        }
+    }
+
+    #[test]
+    fn a_label_selects_the_rows_that_hold_it_and_no_label_the_nulls() {
+        use crate::soma::fixtures::dataframe_nulls;
+        let (frame, cells) = fixture_frame();
+        let holding = |odd: i64| -> Vec<i64> {
+            (0..100)
+                .filter(|j| j % 2 == odd && !dataframe_nulls(*j).1)
+                .collect()
+        };
+        let mut read = cells
+            .read(&frame, &labelled(Some("b/c")), Mode::Sorted)
+            .unwrap();
+        let mut got: Vec<i64> = Vec::new();
+        while let Some(batch) = read.next_batch().unwrap() {
+            got.extend(batch.column(0).as_primitive::<Int64Type>().values());
+        }
+        assert_eq!(got, holding(1));
+        assert_eq!(
+            cells.count(&frame, &labelled(Some("a"))).unwrap(),
+            holding(0).len() as u64
+        );
+        assert_eq!(cells.count(&frame, &labelled(None)).unwrap(), 4);
+        assert_eq!(cells.count(&frame, &labelled(Some("z"))).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_dense_array_in_memory_reads_its_ranges_in_c_order() {
+        use crate::soma::fixtures::{dense_array, dense_cells, dense_value};
+        let crate::soma::SomaObject::Array(dense) = dense_array("mem://d") else {
+            unreachable!("dense_array makes an array")
+        };
+        let cells = dense_cells(4);
+        let block = Selection {
+            ranges: vec![vec![range(5, 6)], vec![range(7, 9)]],
+            ..Selection::default()
+        };
+        assert_eq!(cells.count(&dense, &block).unwrap(), 6);
+        let mut read = cells.read(&dense, &block, Mode::Sorted).unwrap();
+        let mut got = Vec::new();
+        while let Some(batch) = read.next_batch().unwrap() {
+            let (i, j) = (batch.column(0), batch.column(1));
+            let v = batch
+                .column(2)
+                .as_primitive::<arrow_array::types::Float32Type>();
+            for n in 0..batch.num_rows() {
+                let i = i.as_primitive::<Int64Type>().value(n);
+                let j = j.as_primitive::<Int64Type>().value(n);
+                got.push((i, j, v.value(n)));
+            }
+        }
+        let c_order: Vec<(i64, i64, f32)> = [5, 6]
+            .into_iter()
+            .flat_map(|i| (7..=9).map(move |j| (i, j, dense_value(i, j))))
+            .collect();
+        assert_eq!(got, c_order);
+    }
+
+    #[test]
+    fn a_column_the_cells_lack_is_an_error_naming_it() {
+        let (array, cells) = frame();
+        let filter = Condition::Compare {
+            column: "nope".into(),
+            datatype: Datatype::Float32,
+            op: Comparison::Lt,
+            value: Value::Float(1.0),
+        };
+        let selection = Selection {
+            filter: Some(Arc::new(filter)),
+            ..Selection::default()
+        };
+        let error = cells.count(&array, &selection).unwrap_err().to_string();
+        assert!(error.contains("nope"), "{error}");
+        // The frame's schema names columns the cells of another array lack.
+        let (frame, _) = fixture_frame();
+        let read = cells.read(&frame, &Selection::default(), Mode::Sorted);
+        assert!(read.is_err());
+    }
+
+    #[test]
+    fn a_read_projects_the_columns_asked_for_and_a_reversed_range_selects_nothing() {
+        let (frame, cells) = fixture_frame();
+        let only_x = Selection {
+            columns: Some(vec!["x".into()]),
+            ..Selection::default()
+        };
+        let read = cells.read(&frame, &only_x, Mode::Sorted).unwrap();
+        let names: Vec<String> = (read.schema().fields().iter())
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["soma_joinid", "x"]);
+        let reversed = Selection {
+            ranges: vec![vec![range(9, 3)]],
+            ..Selection::default()
+        };
+        assert_eq!(cells.count(&frame, &reversed).unwrap(), 0);
+        let mut read = cells.read(&frame, &reversed, Mode::Sorted).unwrap();
+        assert!(read.next_batch().unwrap().is_none());
+    }
 }

@@ -172,4 +172,61 @@ mod tests {
         // Several ranges of the second dimension: the order is libtiledb's to tell.
         assert!(DenseCellOrder::of(&[vec![int(0, 1)], vec![int(0, 1), int(3, 4)]]).is_none());
     }
+
+    fn int(lo: i64, hi: i64) -> (Value, Value) {
+        (Value::Int(lo), Value::Int(hi))
+    }
+
+    /// The coordinates of the next `n` cells of `order`.
+    fn next(order: &mut DenseCellOrder, n: usize) -> Vec<(i64, i64)> {
+        let mut pieces = Vec::new();
+        order.next_pieces(n, &mut pieces).unwrap();
+        let (mut rows, mut cols) = (Vec::new(), Vec::new());
+        RowPiece::coordinates(&pieces, &mut rows, &mut cols);
+        rows.into_iter().zip(cols).collect()
+    }
+
+    #[test]
+    fn cells_of_several_ranges_of_rows_come_row_by_row_through_each_range_in_turn() {
+        let ranges = [vec![int(0, 0), int(5, 6), int(9, 9)], vec![int(1, 3)]];
+        let c_order: Vec<(i64, i64)> = [0, 5, 6, 9]
+            .into_iter()
+            .flat_map(|i| (1..=3).map(move |j| (i, j)))
+            .collect();
+        // All at once, a row a batch, and in batches that cut rows and ranges.
+        for batches in [vec![12], vec![3, 3, 3, 3], vec![4, 1, 5, 2], vec![1; 12]] {
+            let mut order = DenseCellOrder::of(&ranges).unwrap();
+            let cells: Vec<(i64, i64)> = (batches.iter())
+                .flat_map(|&n| next(&mut order, n))
+                .collect();
+            assert_eq!(cells, c_order, "{batches:?}");
+        }
+    }
+
+    #[test]
+    fn a_read_that_returns_more_cells_than_its_ranges_hold_is_an_error() {
+        let ranges = [vec![int(2, 3)], vec![int(0, 1)]];
+        let mut order = DenseCellOrder::of(&ranges).unwrap();
+        let mut pieces = Vec::new();
+        assert!(
+            order.next_pieces(5, &mut pieces).is_err(),
+            "4 cells selected"
+        );
+        let mut order = DenseCellOrder::of(&ranges).unwrap();
+        order.next_pieces(4, &mut pieces).unwrap();
+        assert!(order.next_pieces(1, &mut pieces).is_err());
+        // A reversed range of columns selects no cell.
+        let mut none = DenseCellOrder::of(&[vec![int(0, 9)], vec![int(5, 4)]]).unwrap();
+        assert!(none.next_pieces(1, &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn only_integer_ranges_of_two_dimensions_tell_an_order() {
+        let text = (Value::Text("a".into()), Value::Text("b".into()));
+        assert!(DenseCellOrder::of(&[vec![int(0, 9)]]).is_none());
+        assert!(DenseCellOrder::of(&[vec![int(0, 9)], vec![int(0, 9)], vec![int(0, 1)]]).is_none());
+        assert!(DenseCellOrder::of(&[vec![text], vec![int(0, 9)]]).is_none());
+        assert!(DenseCellOrder::of(&[vec![int(0, 9)], vec![]]).is_none());
+        assert!(DenseCellOrder::of(&[vec![int(0, 9)], vec![int(0, 9)]]).is_some());
+    }
 }

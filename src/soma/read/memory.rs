@@ -339,4 +339,50 @@ mod tests {
         matrix.schema.dense = true;
         assert_eq!(tiledb_query_memory(&matrix, 1, &none, &whole), None);
     }
+
+    #[test]
+    fn as_batch_cells_the_first_batch_is_sized_as_a_first_and_later_ones_as_later() {
+        let s = sizing(20_000_000, TileUnit::SparseTile(100_000));
+        let cells: &dyn BatchCells = &s;
+        assert_eq!(cells.next_batch_cells(20, 0, 0), s.first_batch_cells(20));
+        assert_eq!(
+            cells.next_batch_cells(20, 0, 0),
+            100_000,
+            "one tile to start"
+        );
+        assert_eq!(cells.next_batch_cells(20, 100_000, 1), 200_000);
+        assert_eq!(cells.next_batch_cells(20, 750_000, 4), 350_000);
+        // A read expected to fit: its first batch holds it all, a quarter more.
+        let small = sizing(2000, TileUnit::SparseTile(100_000));
+        assert_eq!((&small as &dyn BatchCells).next_batch_cells(20, 0, 0), 2500);
+    }
+
+    #[test]
+    fn a_reader_takes_its_batches_each_querys_memory_and_what_it_sorts() {
+        let batch = 8 * MIB;
+        let query = 16 << 20;
+        assert_eq!(
+            reader_memory(batch, false, query, None),
+            READER_BATCHES * batch as u64 + query
+        );
+        // Reading ahead in runs: three batches and a query's memory for each run ahead.
+        let ahead = RUNS_AHEAD as u64;
+        assert_eq!(
+            reader_memory(batch, true, query, Some(1000)),
+            (READER_BATCHES + ahead * NEXT_RUN_BATCHES) * batch as u64 + (1 + ahead) * query + 1000
+        );
+        assert_eq!(
+            reader_memory(batch, false, 0, Some(5)),
+            READER_BATCHES * batch as u64 + 5
+        );
+    }
+
+    #[test]
+    fn the_span_of_ranges_is_from_the_lowest_to_the_highest_or_every_row() {
+        let int = |lo, hi| (Value::Int(lo), Value::Int(hi));
+        assert_eq!(span_of(&[int(50, 60), int(3, 4), int(90, 95)]), (3, 95));
+        assert_eq!(span_of(&[]), (i128::MIN, i128::MAX));
+        let text = (Value::Text("a".into()), Value::Text("b".into()));
+        assert_eq!(span_of(&[int(1, 2), text]), (i128::MIN, i128::MAX));
+    }
 }

@@ -905,4 +905,95 @@ mod tests {
         assert_eq!(Vec::from(plan.runs), [Run::new()]);
         assert_eq!(plan.expected_rows, Some(0));
     }
+
+    #[test]
+    fn selected_cells_are_the_product_of_each_dimensions_widths() {
+        assert_eq!(selected_cells(&[vec![range(0, 9)]]), Some(10));
+        assert_eq!(
+            selected_cells(&[vec![range(0, 9), range(20, 24)], vec![range(3, 5)]]),
+            Some(15 * 3)
+        );
+        // A reversed range selects nothing; text cannot be counted; nor can more than u64.
+        assert_eq!(
+            selected_cells(&[vec![range(5, 1)], vec![range(0, 9)]]),
+            Some(0)
+        );
+        assert_eq!(selected_cells(&[vec![text("a")]]), None);
+        let huge = vec![range(0, i64::MAX - 1)];
+        assert_eq!(selected_cells(&[huge.clone(), huge]), None);
+    }
+
+    #[test]
+    fn a_tile_unit_is_a_sparse_tile_or_a_dense_band_across_the_other_ranges() {
+        let mut matrix = sparse(vec![int_index("d0"), int_index("d1"), value_column("v")]);
+        matrix.schema.tile_cells = Some(5000);
+        let ranges = [vec![range(0, 999)], vec![range(0, 9), range(20, 29)]];
+        assert_eq!(
+            tile_unit(&matrix, &ranges),
+            Some(TileUnit::SparseTile(5000))
+        );
+        matrix.schema.tile_cells = None;
+        assert_eq!(tile_unit(&matrix, &ranges), None);
+        // Dense: one tile extent of rows (100) across the 20 columns read.
+        matrix.schema.dense = true;
+        assert_eq!(
+            tile_unit(&matrix, &ranges),
+            Some(TileUnit::DenseBand(100 * 20))
+        );
+        matrix.schema.columns[0].tile_extent = None;
+        assert_eq!(tile_unit(&matrix, &ranges), None);
+    }
+
+    #[test]
+    fn a_dense_read_fills_the_ranges_it_leaves_open_with_the_domain_and_a_sparse_does_not() {
+        let mut matrix = sparse(vec![int_index("d0"), int_index("d1"), value_column("v")]);
+        let rows = Selection {
+            ranges: vec![vec![range(3, 4)]],
+            ..Selection::default()
+        };
+        assert_eq!(read_ranges(&matrix, &rows), [vec![range(3, 4)], vec![]]);
+        assert_eq!(
+            dense_rows(&matrix, &rows),
+            None,
+            "a sparse array's rows are read"
+        );
+        matrix.schema.dense = true;
+        assert_eq!(
+            read_ranges(&matrix, &rows),
+            [vec![range(3, 4)], vec![range(0, 999)]]
+        );
+        assert_eq!(dense_rows(&matrix, &rows), Some(2 * 1000));
+        // A label to equal is a condition: the cells it keeps are not known.
+        let labelled = Selection {
+            equals: Some(("v".into(), None)),
+            ..rows
+        };
+        assert_eq!(dense_rows(&matrix, &labelled), None);
+    }
+
+    #[test]
+    fn column_specs_describe_each_column_read_and_index_columns_are_always_read() {
+        let frame = sparse(vec![int_index("id"), value_column("a"), value_column("b")]);
+        let only_b = Selection {
+            columns: Some(vec!["b".into()]),
+            ..Selection::default()
+        };
+        let columns = read_columns(&frame, &only_b, None);
+        let specs = column_specs(&columns);
+        let described: Vec<(&str, bool)> = specs
+            .iter()
+            .map(|s| (s.name.as_str(), s.nullable))
+            .collect();
+        assert_eq!(described, [("id", false), ("b", true)]);
+        assert_eq!(specs[1].datatype, tiledb::Datatype::Float32);
+        assert_eq!(specs[1].cell_val_num, 1);
+        // `only` names every column read, index columns too.
+        let names =
+            |columns: Vec<Column>| -> Vec<String> { columns.into_iter().map(|c| c.name).collect() };
+        assert_eq!(names(read_columns(&frame, &only_b, Some(&["a"]))), ["a"]);
+        assert_eq!(
+            names(read_columns(&frame, &Selection::default(), None)),
+            ["id", "a", "b"]
+        );
+    }
 }

@@ -15,6 +15,14 @@ use crate::soma::{ArrayData, MemoryCells, SomaObject};
 use super::error::FsError;
 use super::tests::{mount_streaming, mount_with, store_with_measurement, FakeStore, Mounted};
 
+mod dense;
+mod formats;
+mod opens;
+mod queries;
+mod slices;
+mod tenx;
+mod values;
+
 const OBS: &str = "mem://exp/obs";
 const X: &str = "mem://exp/ms/RNA/X/data";
 
@@ -76,6 +84,45 @@ fn x_csv(rows: impl Iterator<Item = i64>) -> String {
         }
     }
     csv
+}
+
+/// The file at `path`, read whole, as text.
+fn text(m: &Mounted, path: &str) -> String {
+    let bytes = m.read_all(path).unwrap_or_else(|e| panic!("{path}: {e:?}"));
+    String::from_utf8(bytes).unwrap()
+}
+
+/// The label of `cell_type` in row `j` of [`dataframe_cells`], `None` where null.
+fn label(j: i64) -> Option<&'static str> {
+    match (dataframe_nulls(j).1, j % 2) {
+        (true, _) => None,
+        (false, 0) => Some("a"),
+        (false, _) => Some("b/c"),
+    }
+}
+
+/// The value of `x` in row `j` of [`dataframe_cells`], `None` where null.
+fn x_value(j: i64) -> Option<f64> {
+    (!dataframe_nulls(j).0).then_some(j as f64 / 2.0 + 0.25)
+}
+
+/// The record batches of a Parquet file, read back with the `parquet` crate, as one.
+fn parquet_rows(bytes: &[u8]) -> arrow_array::RecordBatch {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    let path = std::env::temp_dir().join(format!(
+        "soma-mount-reads-{}-{n}.parquet",
+        std::process::id()
+    ));
+    std::fs::write(&path, bytes).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let builder =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    let schema = builder.schema().clone();
+    let batches: Vec<_> = builder.build().unwrap().map(Result::unwrap).collect();
+    arrow_select::concat::concat_batches(&schema, &batches).unwrap()
 }
 
 /// The files the cache has committed (not those being written).
