@@ -23,7 +23,7 @@ tiledbsoma already imported, the sides taking turns, best of `--tries`:
 | query h5ad | `cat where/<q>/anndata/RNA.h5ad` | `axis_query(value_filter=q).to_anndata()` + `write_h5ad` |
 | X csv | `cat ms/RNA/X/data/data.csv` | `X.read()` + pyarrow CSV |
 | X parquet | `cat ms/RNA/X/data/data.parquet` | `X.read()` + pyarrow Parquet |
-| h5ad | `cat anndata/RNA.h5ad` | `to_anndata(experiment, "RNA")` + `write_h5ad` |
+| h5ad | `cat anndata/RNA.h5ad` | `axis_query("RNA").to_anndata()` + `write_h5ad` (no obsm) |
 | ls -l slices | `ls -l ms/RNA/X/data/slices/parquet/` (a Spark driver's listing) | `X.nnz` |
 
 (`ls -R` and the queries run on pbmc, `<q>` being `QUERY`, a sixth of its cells; the four

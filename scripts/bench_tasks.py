@@ -170,10 +170,11 @@ def latency_task(cfg: dict, task: str, uri: str, path: list, arg) -> None:
             _walk_metadata(root)
             return
         if task == "h5ad":
+            # The whole measurement as a query of every cell: `to_anndata` of the experiment
+            # refuses the bench's obsm, which holds the first half of the cells.
             out = tempfile.mkdtemp()
-            tiledbsoma.io.to_anndata(root, measurement_name="RNA", X_layer_name="data").write_h5ad(
-                os.path.join(out, "whole.h5ad")
-            )
+            with root.axis_query("RNA") as q:
+                q.to_anndata(X_name="data").write_h5ad(os.path.join(out, "whole.h5ad"))
             return
         a = root
         for key in path:
@@ -224,7 +225,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "latency":
         cfg, task, uri, path, arg = json.loads(argv[1])
         if task == "h5ad":
-            importlib.import_module("tiledbsoma.io")  # imported before the timing starts
+            importlib.import_module("anndata")  # imported before the timing starts
         print("ready", flush=True)
         sys.stdin.readline()
         t = time.perf_counter()

@@ -21,6 +21,10 @@ use crate::soma::error::{Error, Result};
 /// Runs of a band-sorted read that read ahead while an earlier run is handed out.
 pub(super) const RUNS_AHEAD: usize = 2;
 
+/// The batches a run reads ahead before its turn: over a network, each is a round trip its
+/// turn does not wait for.
+pub(super) const BATCHES_AHEAD: usize = 2;
+
 /// A query of a read, and the rows of its span it keeps when it reads its run's span.
 pub(super) struct RunQuery {
     pub(super) query: ReadQuery,
@@ -62,7 +66,7 @@ impl NextRun {
                         ended: false,
                     };
                     let mut held = 0;
-                    while held < batch_bytes && !stopped.load(Ordering::Relaxed) {
+                    while held < BATCHES_AHEAD * batch_bytes && !stopped.load(Ordering::Relaxed) {
                         let Some(batch) = query.query.next_batch()? else {
                             ahead.ended = true;
                             break;

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use crate::tiledb::{self, BatchCells, Value};
 
-use super::ahead::RUNS_AHEAD;
+use super::ahead::{BATCHES_AHEAD, RUNS_AHEAD};
 use super::plan::Run;
 use crate::soma::object::ArrayObject;
 
@@ -22,9 +22,9 @@ pub const BATCH_BYTES: usize = 8 << 20;
 /// resident size by 36-50 MiB with 8 MiB batches.
 pub(super) const READER_BATCHES: u64 = 6;
 
-/// What a run read ahead holds, in batches: up to a batch read ahead and the batch that took
-/// it past that ([`NextRun`]), and its query's buffers.
-pub(super) const NEXT_RUN_BATCHES: u64 = 3;
+/// What a run read ahead holds, in batches: up to [`BATCHES_AHEAD`] read ahead and the batch
+/// that took it past that ([`NextRun`](super::ahead::NextRun)), and its query's buffers.
+pub(super) const NEXT_RUN_BATCHES: u64 = BATCHES_AHEAD as u64 + 2;
 
 /// The memory a reader takes from the budget: [`READER_BATCHES`] times `batch_bytes`, with
 /// [`NEXT_RUN_BATCHES`] more for each run it reads ahead when it reads `in_runs`; what

@@ -513,7 +513,7 @@ pub(super) fn band_runs_of(
     let cells_per_band = (u128::from(expected_cells) * extent.max(1) as u128
         / selected_rows.max(1) as u128)
         .min(u128::from(u64::MAX)) as u64;
-    if let Some(mut runs) = tile_runs(array, &selected) {
+    if let Some(mut runs) = tile_runs(array, &selected, extent, cells_per_band) {
         if runs.is_empty() {
             runs.push_back(Run::new());
         }
@@ -546,14 +546,31 @@ pub(super) fn band_runs_of(
 /// The runs of a band-sorted read of one range of rows, `selected` (as [`stored_rows`]
 /// gives it), cut between the array's data tiles ([`ArrayObject::tile_counts`]): each run
 /// reads its tiles whole and no other run reads them, and its batches of whole tiles end at
-/// tile edges, so no tile is fetched twice. `None` for several ranges, or where the tiles
+/// tile edges, so no tile is fetched twice, but for the first rows: the first run is the
+/// few rows that hold about [`FIRST_RUN_CELLS`] cells (`cells_per_band` in a band of
+/// `extent` rows), so that they come at once. `None` for several ranges, or where the tiles
 /// are not known or one holds rows on both sides of an edge of the range.
-fn tile_runs(array: &ArrayObject, selected: &[(i128, i128)]) -> Option<VecDeque<Run>> {
+fn tile_runs(
+    array: &ArrayObject,
+    selected: &[(i128, i128)],
+    extent: i128,
+    cells_per_band: u64,
+) -> Option<VecDeque<Run>> {
     let [(first, last)] = selected else {
         return None;
     };
     let tiles = array.tile_counts().ok()?;
-    let chunks = tiles.chunks_within(*first, *last, CELLS_PER_QUERY)?;
+    let mut chunks = VecDeque::from(tiles.chunks_within(*first, *last, CELLS_PER_QUERY)?);
+    let head_rows = (FIRST_RUN_CELLS as u128 * extent.max(1) as u128)
+        .div_ceil(u128::from(cells_per_band.max(1)))
+        .max(1) as i128;
+    if let Some(chunk) = chunks.front_mut() {
+        if chunk.1 - chunk.0 + 1 > head_rows {
+            let head = (chunk.0, chunk.0 + head_rows - 1);
+            chunk.0 = head.1 + 1;
+            chunks.push_front(head);
+        }
+    }
     Some(chunks.into_iter().map(|chunk| vec![chunk]).collect())
 }
 

@@ -25,7 +25,7 @@ use crate::soma::object::ArrayObject;
 /// queries over consecutive runs of bands of the first dimension (the first run is a few
 /// rows, so the first rows come at once; later runs hold about `CELLS_PER_QUERY` cells).
 /// Once a run has its first batch, the next [`RUNS_AHEAD`] runs read ahead on threads of
-/// their own ([`NextRun`]) while it is handed out, up to a batch's bytes each: over a network
+/// their own ([`NextRun`]) while it is handed out, up to [`BATCHES_AHEAD`](super::ahead::BATCHES_AHEAD) batches each: over a network
 /// their round trips overlap it, on a local disk their tiles are decompressed beside its own,
 /// and none delays the first rows of the read.
 pub(super) struct QueryReader {
