@@ -22,8 +22,9 @@ use crate::soma::error::{Error, Result};
 pub(super) const RUNS_AHEAD: usize = 2;
 
 /// The batches a run reads ahead before its turn: over a network, each is a round trip its
-/// turn does not wait for.
-pub(super) const BATCHES_AHEAD: usize = 2;
+/// turn does not wait for; each is also read for nothing when the reader stops early (a
+/// `head`), so one.
+pub(super) const BATCHES_AHEAD: usize = 1;
 
 /// A query of a read, and the rows of its span it keeps when it reads its run's span.
 pub(super) struct RunQuery {
