@@ -789,25 +789,7 @@ impl FragmentInfo {
                     )?;
                 }
                 let first_dimension = match first_dimension {
-                    Some(dim) if dim.cell_val_num != VAR_NUM => {
-                        let len = 2 * dim.datatype.size();
-                        let mut buf = vec![0u8; len.max(FIXED_BOUNDS_MAX)];
-                        // SAFETY: as above. libtiledb writes the fragment's `[lo, hi]` of
-                        // dimension 0 (it refuses a var-sized one): at most `FIXED_BOUNDS_MAX`
-                        // bytes, or `len` when `dim` describes it, and `buf` holds both.
-                        unsafe {
-                            tiledb_call!(
-                                ctx,
-                                tiledb_fragment_info_get_non_empty_domain_from_index(
-                                    self.raw,
-                                    fid,
-                                    0,
-                                    buf.as_mut_ptr() as *mut c_void
-                                )
-                            )
-                        }?;
-                        Some(bounds_from_bytes(dim.datatype, &buf[..len])?)
-                    }
+                    Some(dim) if dim.cell_val_num != VAR_NUM => Some(self.bounds(fid, 0, dim)?),
                     _ => None,
                 };
                 Ok(Fragment {
@@ -818,6 +800,28 @@ impl FragmentInfo {
                 })
             })
             .collect()
+    }
+
+    /// Fragment `fid`'s range of dimension `did`, described by `dim` (fixed-size).
+    fn bounds(&self, fid: u32, did: u32, dim: &DimensionInfo) -> Result<Bounds> {
+        let len = 2 * dim.datatype.size();
+        let mut buf = vec![0u8; len.max(FIXED_BOUNDS_MAX)];
+        // SAFETY: `self.raw` is the loaded fragment info `self` owns and `fid` one of its
+        // fragments. libtiledb writes the fragment's `[lo, hi]` of dimension `did` (it refuses
+        // a var-sized one): at most `FIXED_BOUNDS_MAX` bytes, or `len` when `dim` describes
+        // it, and `buf` holds both.
+        unsafe {
+            tiledb_call!(
+                &self.ctx,
+                tiledb_fragment_info_get_non_empty_domain_from_index(
+                    self.raw,
+                    fid,
+                    did,
+                    buf.as_mut_ptr() as *mut c_void
+                )
+            )
+        }?;
+        bounds_from_bytes(dim.datatype, &buf[..len])
     }
 
     /// Fragment `fid`'s shape when it is sparse and every one of `dims` (the array's
@@ -839,27 +843,12 @@ impl FragmentInfo {
             // A dense fragment (or one without cells): no MBRs.
             return Ok(None);
         }
+        let non_empty_domain = (dims.iter().enumerate())
+            .map(|(did, dim)| self.bounds(fid, did as u32, dim))
+            .collect::<Result<Vec<_>>>()?;
         // Each call below writes one `[lo, hi]` of a fixed-size dimension: at most
         // `FIXED_BOUNDS_MAX` bytes, which `buf` holds.
         let mut buf = [0u8; FIXED_BOUNDS_MAX];
-        let mut non_empty_domain = Vec::with_capacity(dims.len());
-        for (did, dim) in dims.iter().enumerate() {
-            let len = 2 * dim.datatype.size();
-            // SAFETY: `self.raw` is the loaded info, `fid` one of its fragments and `did`
-            // one of the schema's dimensions, fixed-size; `buf` holds its bounds (above).
-            unsafe {
-                tiledb_call!(
-                    ctx,
-                    tiledb_fragment_info_get_non_empty_domain_from_index(
-                        self.raw,
-                        fid,
-                        did as u32,
-                        buf.as_mut_ptr() as *mut c_void
-                    )
-                )
-            }?;
-            non_empty_domain.push(bounds_from_bytes(dim.datatype, &buf[..len])?);
-        }
         let first = &dims[0];
         let len = 2 * first.datatype.size();
         let tiles_first_dimension = (0..tiles)

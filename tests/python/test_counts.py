@@ -27,7 +27,6 @@ import io
 import os
 import random
 import re
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -37,26 +36,12 @@ import pytest
 from harness import tree_reference  # noqa: F401  (quiets tiledbsoma's warnings)
 import tiledbsoma
 from harness.mount import mount_guard
+from harness.random_store import Clock
 
 KINDS = ("appended", "overwritten", "deleted")
 SEEDS = range(4)
 FROM_METADATA = "counted from fragment metadata"
 FROM_COORDINATES = "counted by reading their coordinates"
-
-
-class Clock:
-    """TileDB timestamps (ms) that strictly increase and are never before now."""
-
-    def __init__(self):
-        self.last = 0
-
-    def __call__(self) -> int:
-        self.last = max(self.last + 1, int(time.time() * 1000))
-        return self.last
-
-    def wait_past_last(self):
-        while int(time.time() * 1000) <= self.last:
-            time.sleep(0.002)
 
 
 def build(uri: str, kind: str, seed: int) -> int:

@@ -125,10 +125,7 @@ fn a_dense_arrays_parquet_is_sized_and_holds_every_cell() {
 fn a_dense_read_that_fails_midway_is_eio_for_npy_and_csv() {
     let m = mounted_dense(dense_cells(13).failing_after(3));
     for path in ["data.npy", "data.csv"] {
-        match m.read_all(path) {
-            Err(FsError::Io(message)) => assert!(message.contains("went away"), "{message}"),
-            other => panic!("{path}: expected EIO, got {other:?}"),
-        }
+        assert_store_went_away(path, m.read_all(path))
     }
-    assert!(committed(&m).is_empty(), "{:?}", committed(&m));
+    assert_nothing_committed(&m);
 }

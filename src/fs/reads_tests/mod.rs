@@ -176,21 +176,27 @@ fn content_is_committed_to_the_cache_whole_and_read_from_it_after() {
     assert_eq!(m.stat("obs/data.tsv").unwrap().size, first.len() as u64);
 }
 
+/// A read's answer is `EIO`, with the failing store's message.
+fn assert_store_went_away(what: &str, read: Result<Vec<u8>, FsError>) {
+    match read {
+        Err(FsError::Io(message)) => assert!(message.contains("went away"), "{message}"),
+        other => panic!("{what}: expected EIO, got {other:?}"),
+    }
+}
+
+fn assert_nothing_committed(m: &Mounted) {
+    let found = committed(m);
+    assert!(found.is_empty(), "nothing committed: {found:?}");
+}
+
 #[test]
 fn a_read_that_fails_midway_is_an_error_and_leaves_no_short_file() {
     // The third batch of obs fails: a store that goes away during the read.
     let m = mounted_with_cells(dataframe_cells(10).failing_after(2));
     for _ in 0..2 {
-        match m.read("obs/data.csv") {
-            Err(FsError::Io(message)) => assert!(message.contains("went away"), "{message}"),
-            other => panic!("expected EIO, got {other:?}"),
-        }
+        assert_store_went_away("obs/data.csv", m.read("obs/data.csv"));
     }
-    assert!(
-        committed(&m).is_empty(),
-        "nothing committed: {:?}",
-        committed(&m)
-    );
+    assert_nothing_committed(&m);
     // Nor does a stat show the rows read before the failure as the file.
     match m.stat("obs/data.csv") {
         Ok(attr) => assert!(!attr.size_known || attr.size == 0, "{attr:?}"),
@@ -205,15 +211,8 @@ fn a_stream_that_fails_midway_is_an_error_and_is_not_committed() {
     let csv = String::from_utf8(m.read_all("obs/data.csv").unwrap()).unwrap();
     assert_eq!(csv, obs_csv(0..100));
     let m = mount_streaming(store_with_cells(dataframe_cells(10).failing_after(2)));
-    match m.read_all("obs/data.csv") {
-        Err(FsError::Io(message)) => assert!(message.contains("went away"), "{message}"),
-        other => panic!("expected EIO, got {other:?}"),
-    }
-    assert!(
-        committed(&m).is_empty(),
-        "nothing committed: {:?}",
-        committed(&m)
-    );
+    assert_store_went_away("obs/data.csv", m.read_all("obs/data.csv"));
+    assert_nothing_committed(&m);
 }
 
 #[test]

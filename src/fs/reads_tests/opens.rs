@@ -76,24 +76,18 @@ fn two_opens_at_once_generate_a_file_once() {
 fn a_parquet_whose_read_fails_midway_is_eio_and_nothing_is_committed() {
     let m = mounted_with_cells(dataframe_cells(10).failing_after(2));
     for _ in 0..2 {
-        match m.read_all("obs/data.parquet") {
-            Err(FsError::Io(message)) => assert!(message.contains("went away"), "{message}"),
-            other => panic!("expected EIO, got {other:?}"),
-        }
+        assert_store_went_away("obs/data.parquet", m.read_all("obs/data.parquet"))
     }
-    assert!(committed(&m).is_empty(), "{:?}", committed(&m));
+    assert_nothing_committed(&m);
 }
 
 #[test]
 fn an_h5ad_whose_read_fails_midway_is_eio_and_nothing_is_committed() {
     let m = mounted_with_cells(dataframe_cells(10).failing_after(2));
     for path in ["anndata/RNA.h5ad", "anndata/by/cell_type/a/RNA.h5ad"] {
-        match m.read_all(path) {
-            Err(FsError::Io(message)) => assert!(message.contains("went away"), "{message}"),
-            other => panic!("{path}: expected EIO, got {other:?}"),
-        }
+        assert_store_went_away(path, m.read_all(path))
     }
-    assert!(committed(&m).is_empty(), "{:?}", committed(&m));
+    assert_nothing_committed(&m);
 }
 
 #[test]
